@@ -1,0 +1,46 @@
+"""dlbridge: zero-copy, dtype-safe tensor handoff between PyTorch, CuPy, JAX and NumPy via DLPack."""
+
+__all__ = [
+    "__version__",
+    "to_torch",
+    "to_cupy",
+    "to_jax",
+    "to_numpy",
+    "convert",
+    "inspect",
+    "DLPackInfo",
+    "set_default_fallback",
+    "get_default_fallback",
+    "fallback_policy",
+    "capabilities",
+    "DLBridgeError",
+    "UnsupportedDtypeError",
+    "DeviceMismatchError",
+    "CapsuleError",
+    "ReadOnlyError",
+    "LayoutError",
+    "NotAnArrayError",
+    "OptionError",
+]
+
+__version__ = "0.1.0"
+
+from ._api import to_cupy as to_cupy
+from ._api import to_jax as to_jax
+from ._api import to_numpy as to_numpy
+from ._api import to_torch as to_torch
+from ._capabilities import capabilities as capabilities
+from ._capsule import DLPackInfo as DLPackInfo
+from ._convert import convert as convert
+from ._convert import inspect as inspect
+from ._errors import CapsuleError as CapsuleError
+from ._errors import DeviceMismatchError as DeviceMismatchError
+from ._errors import DLBridgeError as DLBridgeError
+from ._errors import LayoutError as LayoutError
+from ._errors import NotAnArrayError as NotAnArrayError
+from ._errors import OptionError as OptionError
+from ._errors import ReadOnlyError as ReadOnlyError
+from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
+from ._options import fallback_policy as fallback_policy
+from ._options import get_default_fallback as get_default_fallback
+from ._options import set_default_fallback as set_default_fallback

@@ -1,0 +1,107 @@
+"""The adapter interface: everything dlbridge needs to know about one framework.
+
+An adapter is built without importing its framework; ``mod`` imports it on first use inside
+a conversion. Detection reads ``sys.modules`` only, so asking "is this a torch tensor?" never
+imports torch. Adding a framework means adding one subclass and listing it in ``__init__``.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import cached_property
+from typing import Any, ClassVar
+
+from .._capabilities import Capabilities, capabilities
+from .._capsule import CapsuleType
+
+__all__ = ["Adapter", "export_capsule"]
+
+
+def export_capsule(obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+    """Call ``obj.__dlpack__`` the way the protocol allows, oldest signatures included."""
+    if max_version is None:
+        return obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
+    try:
+        return obj.__dlpack__(stream=stream, max_version=max_version)
+    except TypeError:
+        # Producers older than DLPack 1.0 don't take max_version.
+        return obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
+
+
+class Adapter:
+    name: ClassVar[str]
+    module: ClassVar[str]  # what ``import`` loads
+    aliases: ClassVar[tuple[str, ...]] = ()
+    array_type: ClassVar[tuple[str, str]]  # (module in sys.modules, attribute) of its array class
+    producer_modules: ClassVar[tuple[str, ...]] = ()  # top-level __module__ names of its arrays
+    device_codes: ClassVar[frozenset[int]] = frozenset({1})  # DLPack device types it can live on
+
+    # --- detection (never imports) -----------------------------------------------------
+    def is_array(self, obj: object) -> bool:
+        mod = sys.modules.get(self.array_type[0])
+        cls = getattr(mod, self.array_type[1], None) if mod is not None else None
+        return cls is not None and isinstance(obj, cls)
+
+    def loaded(self) -> bool:
+        return self.module in sys.modules
+
+    # --- framework access (imports on first use) ----------------------------------------
+    @cached_property
+    def mod(self) -> Any:
+        import importlib
+
+        return importlib.import_module(self.module)
+
+    @cached_property
+    def version(self) -> str:
+        return str(getattr(self.mod, "__version__", "0"))
+
+    @property
+    def caps(self) -> Capabilities:
+        return capabilities(self.name, self.version)
+
+    def capabilities(self) -> Capabilities:
+        """Capabilities, adjusted for runtime settings (JAX's x64 mode, ...)."""
+        return self.caps
+
+    # --- producing ------------------------------------------------------------------------
+    def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+        return export_capsule(obj, stream=stream, max_version=max_version)
+
+    def current_stream(self, device: tuple[int, int]) -> int | None:
+        """The stream this framework would use on ``device``, as DLPack's ``stream=`` integer."""
+        return None
+
+    # --- consuming --------------------------------------------------------------------------
+    def import_capsule(self, capsule: CapsuleType, device: tuple[int, int]) -> Any:
+        raise NotImplementedError
+
+    def view(self, arr: Any, dtype: str) -> Any:
+        """Zero-copy reinterpretation as ``dtype`` (same itemsize)."""
+        raise NotImplementedError
+
+    def data_ptr(self, arr: Any) -> int:
+        raise NotImplementedError
+
+    def copy(self, arr: Any) -> Any:
+        raise NotImplementedError
+
+    def contiguous(self, arr: Any) -> Any:
+        """A C-contiguous array with the same values (a copy when needed)."""
+        raise NotImplementedError
+
+    def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
+        raise NotImplementedError
+
+    def from_host(self, host: Any, device: tuple[int, int]) -> Any:
+        """Copy a NumPy array onto ``device`` (for frameworks that cannot live on the CPU)."""
+        raise NotImplementedError
+
+    def bf16_bits_to_f32(self, u16: Any) -> Any:
+        raise NotImplementedError
+
+    def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<dlbridge adapter {self.name}>"

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from typing import Any
+
+from ._base import Adapter
+from ._numpy import numpy_dtype
+
+
+class CupyAdapter(Adapter):
+    name = "cupy"
+    module = "cupy"
+    array_type = ("cupy", "ndarray")
+    producer_modules = ("cupy", "cupy_backends")
+    device_codes = frozenset({2, 13})
+
+    def current_stream(self, device: tuple[int, int]) -> int | None:
+        cuda = self.mod.cuda
+        with cuda.Device(device[1]):
+            ptr = cuda.get_current_stream().ptr
+        return ptr or 1  # 0 is the legacy default stream, spelled 1 in DLPack
+
+    def import_capsule(self, capsule: Any, device: tuple[int, int]) -> Any:
+        return self.mod.from_dlpack(capsule)
+
+    def view(self, arr: Any, dtype: str) -> Any:
+        return arr.view(numpy_dtype(dtype))
+
+    def data_ptr(self, arr: Any) -> int:
+        return int(arr.data.ptr)
+
+    def copy(self, arr: Any) -> Any:
+        return arr.copy()
+
+    def contiguous(self, arr: Any) -> Any:
+        return self.mod.ascontiguousarray(arr)
+
+    def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
+        if device[0] == 1:
+            return arr.get()
+        with self.mod.cuda.Device(device[1]):
+            return self.mod.asarray(arr)
+
+    def from_host(self, host: Any, device: tuple[int, int]) -> Any:
+        with self.mod.cuda.Device(device[1]):
+            return self.mod.asarray(host)
+
+    def bf16_bits_to_f32(self, u16: Any) -> Any:
+        cp = self.mod
+        return (u16.astype(cp.uint32) << 16).view(cp.float32)
+
+    def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
+        cp = self.mod
+        return cp.asarray(table, dtype=cp.float32)[u8]

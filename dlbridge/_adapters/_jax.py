@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from .._capabilities import Capabilities
+from .._capsule import Carrier, device_name
+from ._base import Adapter
+
+_X64 = frozenset({"int64", "uint64", "float64", "complex128"})
+
+
+class JaxAdapter(Adapter):
+    name = "jax"
+    module = "jax"
+    array_type = ("jax", "Array")
+    producer_modules = ("jax", "jaxlib")
+    device_codes = frozenset({1, 2, 10})
+
+    @cached_property
+    def _dlpack(self) -> Any:
+        import jax.dlpack
+
+        return jax.dlpack
+
+    def capabilities(self) -> Capabilities:
+        caps = self.caps
+        if self.mod.config.jax_enable_x64:
+            return caps
+        # Without x64 JAX narrows 64-bit imports to 32 bits (a copy with other values).
+        return caps._replace(imports=caps.imports - _X64, holds=caps.holds - _X64)
+
+    def _device(self, device: tuple[int, int]) -> Any:
+        platform = "cpu" if device[0] == 1 else "gpu"
+        return self.mod.devices(platform)[device[1]] if platform == "gpu" else self.mod.devices("cpu")[0]
+
+    def current_stream(self, device: tuple[int, int]) -> int | None:
+        if device[0] not in (2, 10):
+            return None
+        # What jax.dlpack.from_dlpack itself passes to the producer.
+        return self._device(device).get_stream_for_external_ready_events()
+
+    def import_capsule(self, capsule: Any, device: tuple[int, int]) -> Any:
+        return self._dlpack.from_dlpack(Carrier(capsule, device))
+
+    def view(self, arr: Any, dtype: str) -> Any:
+        # An XLA op (a copy): only used where no zero-copy path exists.
+        return self.mod.lax.bitcast_convert_type(arr, getattr(self.mod.numpy, dtype))
+
+    def data_ptr(self, arr: Any) -> int:
+        return int(arr.unsafe_buffer_pointer())
+
+    def copy(self, arr: Any) -> Any:
+        return self.mod.numpy.array(arr, copy=True)
+
+    def contiguous(self, arr: Any) -> Any:
+        return arr  # JAX arrays are always dense
+
+    def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
+        return self.mod.device_put(arr, self._device(device))
+
+    def from_host(self, host: Any, device: tuple[int, int]) -> Any:
+        return self.mod.device_put(host, self._device(device))
+
+    def bf16_bits_to_f32(self, u16: Any) -> Any:
+        jnp = self.mod.numpy
+        return self.mod.lax.bitcast_convert_type(u16.astype(jnp.uint32) << 16, jnp.float32)
+
+    def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
+        jnp = self.mod.numpy
+        return jnp.asarray(table, dtype=jnp.float32)[u8]
+
+    def device_label(self, device: tuple[int, int]) -> str:
+        return device_name(device[0])

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+from typing import Any
+
+from .._capsule import Carrier, relabel
+from .._dtypes import BY_NAME
+from ._base import Adapter, export_capsule
+
+
+def numpy_dtype(name: str) -> Any:
+    """NumPy dtype for a dlbridge name; bf16/fp8 come from ml_dtypes (imported here only)."""
+    import numpy as np
+
+    if name in ("bfloat16",) or name.startswith("float8_"):
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+class NumpyAdapter(Adapter):
+    name = "numpy"
+    module = "numpy"
+    aliases = ("np",)
+    array_type = ("numpy", "ndarray")
+    producer_modules = ("numpy",)
+    device_codes = frozenset({1})
+
+    def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+        dtype = obj.dtype
+        logical = BY_NAME.get(dtype.name) if dtype.kind == "V" else None
+        if logical is None:
+            return export_capsule(obj, stream=None, max_version=max_version)
+        # NumPy refuses to export ml_dtypes arrays; export the same bytes as uint and put the
+        # true dtype back into the capsule before anyone reads it.
+        capsule = export_capsule(obj.view(f"u{dtype.itemsize}"), stream=None, max_version=max_version)
+        relabel(capsule, logical)
+        return capsule
+
+    def import_capsule(self, capsule: Any, device: tuple[int, int]) -> Any:
+        return self.mod.from_dlpack(Carrier(capsule, device))
+
+    def view(self, arr: Any, dtype: str) -> Any:
+        return arr.view(numpy_dtype(dtype))
+
+    def data_ptr(self, arr: Any) -> int:
+        return int(arr.__array_interface__["data"][0])
+
+    def copy(self, arr: Any) -> Any:
+        return arr.copy()
+
+    def contiguous(self, arr: Any) -> Any:
+        return self.mod.ascontiguousarray(arr)
+
+    def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
+        return arr  # only the CPU
+
+    def from_host(self, host: Any, device: tuple[int, int]) -> Any:
+        return host
+
+    def bf16_bits_to_f32(self, u16: Any) -> Any:
+        np = self.mod
+        return (u16.astype(np.uint32) << 16).view(np.float32)
+
+    def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
+        np = self.mod
+        return np.asarray(table, dtype=np.float32)[u8]

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from typing import Any
+
+from .._capsule import device_name
+from ._base import Adapter, export_capsule
+
+
+class TorchAdapter(Adapter):
+    name = "torch"
+    module = "torch"
+    aliases = ("pytorch",)
+    array_type = ("torch", "Tensor")
+    producer_modules = ("torch",)
+    device_codes = frozenset({1, 2, 10})
+
+    def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+        # Another framework cannot carry autograd history; torch refuses to export without detach.
+        if obj.requires_grad:
+            obj = obj.detach()
+        if stream is None and obj.device.type != "cpu":
+            stream = -1  # only reached for explicit "no sync"; CUDA callers pass a real stream
+        return export_capsule(obj, stream=stream, max_version=max_version)
+
+    def current_stream(self, device: tuple[int, int]) -> int | None:
+        if device[0] not in (2, 10):
+            return None
+        ptr = self.mod.cuda.current_stream(device[1]).cuda_stream
+        return ptr or 1  # 0 is the legacy default stream, spelled 1 in DLPack
+
+    def import_capsule(self, capsule: Any, device: tuple[int, int]) -> Any:
+        return self.mod.from_dlpack(capsule)
+
+    def view(self, arr: Any, dtype: str) -> Any:
+        return arr.view(getattr(self.mod, dtype))
+
+    def data_ptr(self, arr: Any) -> int:
+        return int(arr.data_ptr())
+
+    def copy(self, arr: Any) -> Any:
+        return arr.clone()
+
+    def contiguous(self, arr: Any) -> Any:
+        return arr.contiguous()
+
+    def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
+        kind = device_name(device[0])
+        return arr.to("cpu" if kind == "cpu" else f"cuda:{device[1]}")
+
+    def bf16_bits_to_f32(self, u16: Any) -> Any:
+        torch = self.mod
+        return (u16.to(torch.int32) << 16).view(torch.float32)
+
+    def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
+        torch = self.mod
+        return torch.tensor(table, dtype=torch.float32, device=u8.device)[u8.to(torch.int64)]

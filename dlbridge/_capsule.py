@@ -1,0 +1,275 @@
+"""Reading and relabelling DLPack capsules with ctypes, without consuming them.
+
+Capsules are told apart by their *names* (``dltensor``, ``dltensor_versioned``, ``used_...``),
+never by guessing from struct bytes. Inspecting never renames a capsule, so ownership stays
+with whoever holds it: if nobody consumes it, the producer's capsule destructor runs the
+deleter exactly once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime as _datetime
+from dataclasses import dataclass
+from typing import Any
+
+from ._dtypes import DType, dtype_name
+from ._errors import CapsuleError
+
+__all__ = ["DLPackInfo", "CapsuleType", "read", "relabel", "clear_readonly", "Carrier"]
+
+CapsuleType: type = type(_datetime.datetime_CAPI)  # types.CapsuleType only exists from 3.13
+
+LEGACY = b"dltensor"
+VERSIONED = b"dltensor_versioned"
+USED = (b"used_dltensor", b"used_dltensor_versioned")
+SUPPORTED_MAJOR = 1
+FLAG_READ_ONLY = 1 << 0
+FLAG_IS_COPIED = 1 << 1
+# Sanity bound on ndim: DLPack sets none, but no real array has more than a few dozen.
+MAX_NDIM = 64
+
+# Private prototypes: never touch ctypes.pythonapi.X.argtypes, that object is shared with
+# every other library in the process. PYFUNCTYPE raises any Python error the call sets.
+_api = ctypes.pythonapi
+_get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", _api))
+_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _api)
+)
+
+_DEVICE_NAMES = {
+    1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi",
+    10: "rocm", 11: "rocm_host", 12: "ext_dev", 13: "cuda_managed", 14: "oneapi",
+    15: "webgpu", 16: "hexagon", 17: "maia", 18: "trn",
+}  # fmt: skip
+DEVICE_CODES = {v: k for k, v in _DEVICE_NAMES.items()}
+
+
+def device_name(device_type: int) -> str:
+    return _DEVICE_NAMES.get(device_type, f"device_type_{device_type}")
+
+
+# Offsets (x86-64 / any LP64): DLTensor is 48 bytes; the versioned struct puts it at 32.
+_OFF_DEVICE, _OFF_NDIM, _OFF_DTYPE, _OFF_SHAPE, _OFF_STRIDES, _OFF_BYTE_OFFSET = 8, 16, 20, 24, 32, 40
+_OFF_VERSIONED_FLAGS, _OFF_VERSIONED_TENSOR = 24, 32
+
+
+class _Head(ctypes.Structure):
+    # The DLTensor without its pointers' targets: one from_address read gets every scalar.
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("code", ctypes.c_uint8),
+        ("bits", ctypes.c_uint8),
+        ("lanes", ctypes.c_uint16),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _VersionedHead(ctypes.Structure):
+    _fields_ = [
+        ("major", ctypes.c_uint32),
+        ("minor", ctypes.c_uint32),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+    ]
+
+
+@dataclass(frozen=True)
+class DLPackInfo:
+    """What a DLPack capsule says about its tensor, read without consuming it."""
+
+    dtype: str
+    code: int
+    bits: int
+    lanes: int
+    device_type: str
+    device_id: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    byte_offset: int
+    data_ptr: int
+    readonly: bool
+    versioned: bool
+    version: tuple[int, int] | None
+    producer: str | None
+    flags: int = 0
+    device_code: int = 1
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element, rounded up (packed sub-byte types report 1)."""
+        return max(1, (self.bits * self.lanes + 7) // 8)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def device(self) -> tuple[int, int]:
+        """``(device_type, device_id)`` as ``__dlpack_device__`` returns it."""
+        return (self.device_code, self.device_id)
+
+    @property
+    def is_copied(self) -> bool:
+        return bool(self.flags & FLAG_IS_COPIED)
+
+    def is_compact(self) -> bool:
+        """True when the strides describe a dense buffer (C order or a permutation of it)."""
+        if self.strides is None or self.size == 0:
+            return True
+        dims = sorted((s, d) for s, d in zip(self.strides, self.shape) if d != 1)
+        expected = 1
+        for stride, dim in dims:
+            if stride != expected:
+                return False
+            expected *= dim
+        return True
+
+    def has_negative_strides(self) -> bool:
+        return self.strides is not None and self.size > 0 and any(s < 0 for s in self.strides)
+
+    def is_c_contiguous(self) -> bool:
+        if self.strides is None or self.size == 0:
+            return True
+        expected = 1
+        for stride, dim in zip(reversed(self.strides), reversed(self.shape)):
+            if dim != 1 and stride != expected:
+                return False
+            expected *= dim
+        return True
+
+    def describe(self) -> str:
+        """Short human form for messages: ``torch cpu bfloat16[3, 4]``."""
+        dev = self.device_type if self.device_type == "cpu" else f"{self.device_type}:{self.device_id}"
+        who = f"{self.producer} " if self.producer else ""
+        return f"{who}{dev} {self.dtype}{list(self.shape)}"
+
+
+def capsule_name(capsule: object) -> bytes | None:
+    return _get_name(capsule)
+
+
+def _tensor_address(capsule: object) -> tuple[int, bool, int, tuple[int, int] | None]:
+    """(address of the DLTensor, versioned?, flags, version); raises CapsuleError."""
+    if type(capsule) is not CapsuleType:
+        raise CapsuleError(f"expected a DLPack capsule, got {type(capsule).__name__}")
+    name = _get_name(capsule)
+    if name == LEGACY:
+        return _get_pointer(capsule, LEGACY) or _null(name), False, 0, None
+    if name == VERSIONED:
+        address = _get_pointer(capsule, VERSIONED) or _null(name)
+        head = _VersionedHead.from_address(address)
+        version = (head.major, head.minor)
+        if head.major != SUPPORTED_MAJOR:
+            raise CapsuleError(
+                f"DLPack capsule has version {version[0]}.{version[1]}; dlbridge reads major "
+                f"version {SUPPORTED_MAJOR}. Ask the producer for max_version=(1, 0)."
+            )
+        return address + _OFF_VERSIONED_TENSOR, True, head.flags, version
+    if name in USED:
+        raise CapsuleError(
+            f"DLPack capsule {name.decode()!r} was already consumed; a capsule can be imported "
+            "once. Call __dlpack__() again on the source array for a new one."
+        )
+    shown = name.decode(errors="replace") if name is not None else None
+    raise CapsuleError(f"not a DLPack capsule: its name is {shown!r}, expected 'dltensor' or 'dltensor_versioned'")
+
+
+def _null(name: bytes) -> int:
+    raise CapsuleError(f"DLPack capsule {name.decode()!r} holds a NULL pointer")
+
+
+def read(capsule: object, producer: str | None = None) -> DLPackInfo:
+    """Read a capsule's tensor description. Never consumes it; raises CapsuleError when malformed."""
+    address, versioned, flags, version = _tensor_address(capsule)
+    head = _Head.from_address(address)
+    ndim = head.ndim
+    if not 0 <= ndim <= MAX_NDIM:
+        raise CapsuleError(f"DLPack capsule has ndim={ndim}; expected 0..{MAX_NDIM}")
+    if ndim and not head.shape:
+        raise CapsuleError(f"DLPack capsule has ndim={ndim} but a NULL shape pointer")
+    shape = tuple((ctypes.c_int64 * ndim).from_address(head.shape)) if ndim else ()
+    if any(d < 0 for d in shape):
+        raise CapsuleError(f"DLPack capsule has a negative dimension in shape {list(shape)}")
+    strides = tuple((ctypes.c_int64 * ndim).from_address(head.strides)) if ndim and head.strides else None
+    if head.bits == 0 or head.lanes == 0:
+        raise CapsuleError(f"DLPack capsule has dtype bits={head.bits}, lanes={head.lanes}; both must be >= 1")
+    info = DLPackInfo(
+        dtype=dtype_name(head.code, head.bits, head.lanes),
+        code=head.code,
+        bits=head.bits,
+        lanes=head.lanes,
+        device_type=device_name(head.device_type),
+        device_id=head.device_id,
+        shape=shape,
+        strides=strides,
+        byte_offset=head.byte_offset,
+        data_ptr=(head.data or 0) + head.byte_offset,
+        readonly=bool(flags & FLAG_READ_ONLY),
+        versioned=versioned,
+        version=version,
+        producer=producer,
+        flags=flags,
+        device_code=head.device_type,
+    )
+    if not head.data and info.size:
+        raise CapsuleError(f"DLPack capsule for {info.describe()} has a NULL data pointer")
+    return info
+
+
+def relabel(capsule: object, dtype: DType) -> None:
+    """Rewrite the capsule's dtype in place before a consumer reads it (zero-copy reinterpret).
+
+    Only called with a dtype of the same total width, on a capsule nobody has consumed yet.
+    """
+    address = _tensor_address(capsule)[0]
+    head = _Head.from_address(address)
+    head.code, head.bits, head.lanes = dtype.code, dtype.bits, dtype.lanes
+
+
+def clear_readonly(capsule: object) -> None:
+    """Drop READ_ONLY so a consumer that refuses it can import for an immediate copy."""
+    address, versioned, _, _ = _tensor_address(capsule)
+    if versioned:
+        flags = ctypes.c_uint64.from_address(address - _OFF_VERSIONED_TENSOR + _OFF_VERSIONED_FLAGS)
+        flags.value &= ~FLAG_READ_ONLY
+
+
+class Carrier:
+    """Hands a ready capsule to a consumer that only takes objects with ``__dlpack__``.
+
+    dlbridge has already done the stream handshake with the real producer, so the keywords
+    the consumer passes are not needed. Single use, like the capsule.
+    """
+
+    __slots__ = ("_capsule", "_device")
+
+    def __init__(self, capsule: Any, device: tuple[int, int]) -> None:
+        self._capsule = capsule
+        self._device = device
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None) -> Any:
+        capsule, self._capsule = self._capsule, None
+        if capsule is None:
+            raise CapsuleError("this capsule was already handed to a consumer")
+        return capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._device

@@ -1,0 +1,365 @@
+"""The conversion pipeline: export once, read the capsule, decide, import, check.
+
+Every decision comes from the capsule (dtype code, bits, lanes, device, strides, flags) and
+the target's row in the capability table, never from framework-specific attributes, so any
+DLPack producer is covered. A capsule the target would reject is never handed to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import _logical
+from ._adapters import ADAPTERS, Adapter, adapter_for, adapter_named, export_capsule, producer_name
+from ._capabilities import Capabilities
+from ._capsule import DEVICE_CODES, CapsuleType, DLPackInfo, clear_readonly, device_name, read, relabel
+from ._dtypes import BY_NAME, DType, decode_table, lookup, unsigned_of_width
+from ._errors import (
+    CapsuleError,
+    DeviceMismatchError,
+    LayoutError,
+    NotAnArrayError,
+    OptionError,
+    ReadOnlyError,
+    UnsupportedDtypeError,
+)
+from ._options import NOT_GIVEN, Fallback, resolve_fallback
+
+__all__ = ["convert", "inspect", "Plan", "plan_for", "MAX_VERSION"]
+
+MAX_VERSION = (1, 3)  # newest DLPack struct layout dlbridge reads (major 1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What dlbridge will do with one capsule for one target (also used by guard and report)."""
+
+    mode: str  # "native", "reinterpret", "view", "upcast"
+    logical: str  # the dtype the data really has
+    wire: str  # the dtype written into the capsule the target reads
+
+
+def inspect(x: Any) -> DLPackInfo:
+    """Describe ``x`` (an object with ``__dlpack__``, or a raw capsule) without consuming anything."""
+    if type(x) is CapsuleType:
+        return read(x)
+    source = adapter_for(x)
+    if not hasattr(type(x), "__dlpack__"):
+        raise NotAnArrayError(f"dlbridge.inspect needs an object with __dlpack__ or a DLPack capsule, got {type(x).__name__}")
+    device = _device_of(x)
+    # stream=-1: no synchronisation, nothing reads the data.
+    stream = -1 if device[0] in (2, 10) else None
+    capsule = _export(x, source, stream, MAX_VERSION)
+    return read(capsule, producer_name(x))
+
+
+# --- decisions ------------------------------------------------------------------------------
+
+
+def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: Any = None, target: str = "") -> Plan:
+    """Decide how ``info`` reaches a consumer with ``caps``; raises UnsupportedDtypeError."""
+    logical = _logical_dtype(info, dtype)
+    if logical in caps.imports:
+        return Plan("native", logical, logical)
+    width = BY_NAME[logical].width if logical in BY_NAME else info.bits * info.lanes
+    uint = unsigned_of_width(width) if info.lanes == 1 or logical in BY_NAME else None
+    if logical in caps.holds and uint in caps.imports:
+        return Plan("reinterpret", logical, uint)  # type: ignore[arg-type]
+    if fallback == "view" and uint is not None and uint in caps.imports:
+        return Plan("view", logical, uint)
+    if fallback == "upcast" and uint in caps.imports and _upcastable(logical):
+        return Plan("upcast", logical, uint)  # type: ignore[arg-type]
+    raise UnsupportedDtypeError(_unsupported_message(info, caps, logical, fallback, uint, target))
+
+
+def _upcastable(logical: str) -> bool:
+    return logical == "bfloat16" or decode_table(logical) is not None
+
+
+def _logical_dtype(info: DLPackInfo, dtype: Any) -> str:
+    if dtype is not None:
+        wanted = lookup(dtype)
+        if wanted is None:
+            valid = ", ".join(BY_NAME)
+            raise OptionError(f"dtype={dtype!r} is not a dtype dlbridge knows; expected one of: {valid}")
+        if wanted.width != info.bits * info.lanes:
+            raise OptionError(
+                f"dtype={dtype!r} ({wanted.width} bits) cannot reinterpret {info.describe()} "
+                f"({info.bits * info.lanes} bits): dtype= relabels memory and needs the same width"
+            )
+        return _name_of(wanted)
+    if info.code == 1:  # an unsigned view may carry a remembered logical dtype
+        remembered = _logical.recall(info)
+        if remembered is not None:
+            return remembered
+    return info.dtype
+
+
+def _name_of(d: DType) -> str:
+    return next(name for name, value in BY_NAME.items() if value == d)
+
+
+def _unsupported_message(info: DLPackInfo, caps: Capabilities, logical: str, fallback: str,
+                         uint: str | None, target: str) -> str:  # fmt: skip
+    who = f"{caps.consumer} {caps.version}"
+    lines = [f"{target or caps.consumer}: cannot hand {info.describe()} to {who}: {caps.consumer} cannot hold {logical}."]
+    if caps.consumer == "numpy" and logical in ("bfloat16",) or logical.startswith("float8_") and caps.consumer == "numpy":
+        lines.append("Install ml_dtypes (pip install ml_dtypes) to get it zero-copy with the real dtype.")
+    if caps.consumer == "jax" and logical in ("int64", "uint64", "float64", "complex128"):
+        lines.append('JAX runs without 64-bit types: jax.config.update("jax_enable_x64", True) lets it hold them.')
+    options = []
+    if uint is not None and uint in caps.imports and fallback != "view":
+        options.append(f'fallback="view" for a zero-copy {uint} view of the same memory')
+    if uint is not None and uint in caps.imports and _upcastable(logical) and fallback != "upcast":
+        options.append('fallback="upcast" for a float32 copy with equal values')
+    if options:
+        lines.append("Pass " + ", or ".join(options) + ".")
+    elif fallback != "raise":
+        lines.append(f'fallback="{fallback}" cannot help: there is no same-width unsigned dtype it imports.')
+    return " ".join(lines)
+
+
+# --- the pipeline -----------------------------------------------------------------------------
+
+
+def convert(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
+            copy: bool | None = None, stream: int | None = None) -> Any:  # fmt: skip
+    """Hand ``x`` to framework ``to`` (a name such as ``"torch"`` or the module).
+
+    Zero-copy whenever the target can hold the data where it is; see the README for the
+    fallback policy. ``copy=False`` forbids any copy, ``copy=True`` always copies.
+    """
+    target = adapter_named(to)
+    return _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream)
+
+
+def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
+             stream: int | None) -> Any:  # fmt: skip
+    if copy not in (None, True, False):
+        raise OptionError(f"copy={copy!r}; expected True, False or None")
+    if type(x) is CapsuleType:
+        return _from_capsule(x, target, fallback, dtype, device, copy, stream)
+    if not hasattr(type(x), "__dlpack__"):
+        raise NotAnArrayError(
+            f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {type(x).__module__}."
+            f"{type(x).__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
+        )
+    source = adapter_for(x)
+    src_dev = _device_of(x)
+    dst_dev = _parse_device(device, src_dev)
+    if device is None and copy and src_dev[0] not in target.device_codes:
+        dst_dev = (1, 0) if 1 in target.device_codes else (2, 0)  # copy=True: the target's home device
+    if dst_dev != src_dev or src_dev[0] not in target.device_codes:
+        return _cross_device(x, source, target, src_dev, dst_dev, fallback, dtype, device, copy)
+    caps = target.capabilities()
+    wire_stream = _stream_for(stream, target, src_dev)
+    capsule = _export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy)
+    info = read(capsule, producer_name(x))
+    if info.device != src_dev:
+        raise CapsuleError(
+            f"{info.producer}.__dlpack__ returned a capsule on {info.device_type}:{info.device_id} but "
+            f"__dlpack_device__ said {device_name(src_dev[0])}:{src_dev[1]}"
+        )
+    if _needs_layout_copy(info, caps):
+        if copy is False:
+            raise LayoutError(_layout_message(info, caps, target))
+        del capsule  # unconsumed: the producer's destructor frees it
+        dense = _dense_source(x, source, info, target)
+        return _convert(dense, target, fallback, dtype, None, None if copy is None else False, stream)
+    return _import(capsule, info, target, caps, fallback, dtype, copy)
+
+
+def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any,
+                  copy: bool | None, stream: int | None) -> Any:  # fmt: skip
+    info = read(capsule)
+    if _parse_device(device, info.device) != info.device or info.device_code not in target.device_codes:
+        raise DeviceMismatchError(
+            f"to_{target.name}(): a raw capsule on {info.device_type} cannot be moved; pass the array "
+            "itself (not its capsule) so dlbridge can ask its producer for a copy"
+        )
+    caps = target.capabilities()
+    if _needs_layout_copy(info, caps):
+        raise LayoutError(_layout_message(info, caps, target) + " A raw capsule cannot be re-exported densely.")
+    return _import(capsule, info, target, caps, fallback, dtype, copy)
+
+
+def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback,
+            dtype: Any, copy: bool | None) -> Any:  # fmt: skip
+    plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
+    if info.readonly and not caps.readonly_arrays:
+        if copy is not True:
+            raise ReadOnlyError(
+                f"to_{target.name}(): {info.describe()} is read-only and {caps.consumer} arrays cannot be; "
+                "sharing it would let writes through. Pass copy=True for a writable copy."
+            )
+        clear_readonly(capsule)  # we copy right after the import; nobody writes the original
+    if plan.wire != info.dtype:
+        relabel(capsule, BY_NAME[plan.wire])
+    # The invariant that keeps crash-prone consumers alive: only what they import reaches them.
+    assert plan.wire in caps.imports, plan
+    try:
+        result = target.import_capsule(capsule, info.device)
+    except Exception as err:
+        raise CapsuleError(
+            f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "
+            f"as {plan.wire}: {type(err).__name__}: {err}"
+        ) from err
+    if copy is not True and info.size and target.data_ptr(result) != info.data_ptr:
+        # The consumer copied on its own (JAX does for misaligned CPU buffers).
+        if copy is False:
+            raise LayoutError(
+                f"to_{target.name}(): {caps.consumer} copied {info.describe()} on import (address "
+                f"{info.data_ptr:#x} is not aligned the way it needs); copy=False forbids that. Pass copy=None."
+            )
+    if plan.mode == "reinterpret":
+        result = target.view(result, plan.logical)
+    elif plan.mode == "view":
+        _logical.remember(result, info, plan.logical)
+    elif plan.mode == "upcast":
+        if plan.logical == "bfloat16":
+            result = target.bf16_bits_to_f32(result)
+        else:
+            result = target.lookup_f32(decode_table(plan.logical), result)  # type: ignore[arg-type]
+        return result  # already a fresh copy
+    return target.copy(result) if copy is True else result
+
+
+# --- layouts ------------------------------------------------------------------------------------
+
+
+def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
+    if info.has_negative_strides() and not caps.negative_strides:
+        return True
+    return caps.compact_only and not info.is_compact()
+
+
+def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter) -> str:
+    return (
+        f"to_{target.name}(): {caps.consumer} {caps.version} cannot share {info.describe()} with strides "
+        f"{list(info.strides or ())}; it needs a dense copy, which copy=False forbids. Pass copy=None."
+    )
+
+
+def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter) -> Any:
+    if source is not None:
+        return source.contiguous(x)
+    if info.device_code == 1:
+        numpy = ADAPTERS["numpy"]
+        return numpy.contiguous(_convert(x, numpy, "view", None, None, None, None))
+    raise LayoutError(
+        f"to_{target.name}(): {info.describe()} from an unknown producer has strides {list(info.strides or ())} "
+        f"that {target.name} cannot share, and dlbridge knows no way to make it dense on {info.device_type}"
+    )
+
+
+# --- devices and streams ------------------------------------------------------------------------
+
+
+def _device_of(x: Any) -> tuple[int, int]:
+    try:
+        dev = x.__dlpack_device__()
+        return (int(dev[0]), int(dev[1]))
+    except Exception as err:
+        raise CapsuleError(f"{type(x).__name__}.__dlpack_device__() failed: {type(err).__name__}: {err}") from err
+
+
+def _parse_device(device: Any, default: tuple[int, int]) -> tuple[int, int]:
+    """Accepts "cpu", "cuda", "cuda:1", (type, id), torch/jax/cupy device objects."""
+    if device is None:
+        return default
+    if isinstance(device, tuple) and len(device) == 2:
+        return (int(device[0]), int(device[1]))
+    if isinstance(device, str):
+        kind, _, index = device.partition(":")
+        kind = {"gpu": "cuda"}.get(kind, kind)
+        if kind in DEVICE_CODES and (not index or index.isdigit()):
+            same_kind = default[0] == DEVICE_CODES[kind]
+            return (DEVICE_CODES[kind], int(index) if index else (default[1] if same_kind else 0))
+    kind = getattr(device, "type", None) or getattr(device, "platform", None)  # torch / jax
+    if isinstance(kind, str):
+        index = getattr(device, "index", None)
+        return _parse_device(f"{kind}:{index if index is not None else getattr(device, 'id', 0)}", default)
+    if type(device).__module__.startswith("cupy"):
+        return (2, int(device.id))
+    raise OptionError(f'device={device!r} is not a device; pass "cpu", "cuda", "cuda:N" or a framework device')
+
+
+def _stream_for(stream: int | None, target: Adapter, device: tuple[int, int]) -> int | None:
+    if device[0] not in (2, 10):
+        if stream is not None:
+            raise OptionError(f"stream={stream!r} on {device_name(device[0])}: only stream=None is valid off the GPU")
+        return None
+    if stream is None:
+        return target.current_stream(device)
+    if stream == 0 and device[0] == 2:
+        raise OptionError("stream=0 is ambiguous in DLPack on CUDA; pass 1 for the legacy default stream")
+    return stream
+
+
+def _export(x: Any, source: Adapter | None, stream: int | None, max_version: tuple[int, int] | None,
+            copy: bool | None = None) -> Any:  # fmt: skip
+    try:
+        if source is not None:
+            capsule = source.export(x, stream=stream, max_version=max_version)
+        else:
+            capsule = export_capsule(x, stream=stream, max_version=max_version)
+    except BufferError as err:
+        if "readonly" in str(err).lower() or "read-only" in str(err).lower():
+            if copy is True:  # a legacy-only consumer: let the producer make a writable copy
+                return _export_copy(x, stream, err)
+            raise ReadOnlyError(
+                f"{type(x).__name__} is read-only and the consumer reads only legacy capsules, which cannot "
+                "say so; pass copy=True, or make the array writeable"
+            ) from err
+        raise CapsuleError(f"{type(x).__name__}.__dlpack__() failed: {type(err).__name__}: {err}") from err
+    except Exception as err:
+        raise CapsuleError(f"{type(x).__name__}.__dlpack__() failed: {type(err).__name__}: {err}") from err
+    if type(capsule) is not CapsuleType:
+        raise CapsuleError(f"{type(x).__name__}.__dlpack__() returned {type(capsule).__name__}, not a capsule")
+    return capsule
+
+
+def _export_copy(x: Any, stream: int | None, cause: BaseException) -> Any:
+    try:
+        return x.__dlpack__(stream=stream, copy=True)
+    except Exception as err:
+        raise ReadOnlyError(f"{type(x).__name__} is read-only and its producer cannot export a copy: {err}") from cause
+
+
+def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
+                  dst_dev: tuple[int, int], fallback: Fallback, dtype: Any, device: Any,
+                  copy: bool | None) -> Any:  # fmt: skip
+    here = f"{device_name(src_dev[0])}:{src_dev[1]}"
+    there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
+    if copy is False or (copy is None and device is None):
+        hint = (
+            f'pass device="{device_name(dst_dev[0]) if dst_dev != src_dev else "cuda"}" or copy=True to copy it there'
+        )
+        why = "copy=False forbids the copy" if copy is False else "that needs a copy"
+        raise DeviceMismatchError(
+            f"to_{target.name}(): the source is on {here} and {target.name} cannot use memory there "
+            f"without moving it ({why}); {hint}" if dst_dev == src_dev else
+            f"to_{target.name}(): moving {here} -> {there} is a copy, which copy=False forbids"
+        )  # fmt: skip
+    if dst_dev[0] not in target.device_codes:
+        raise DeviceMismatchError(f"to_{target.name}(): {target.name} cannot live on {there}")
+    # Decide the dtype first, so an unsupported one raises before any copy is made.
+    probe = inspect(x)
+    plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()")
+    if source is not None and dst_dev[0] in source.device_codes:
+        moved = source.to_device(x, dst_dev)
+        return _convert(moved, target, fallback, dtype, None, None, None)
+    if src_dev[0] == 1 and target.device_codes != ADAPTERS["numpy"].device_codes:
+        host = _convert(x, ADAPTERS["numpy"], fallback, dtype, None, None, None)
+        return target.from_host(host, dst_dev)
+    if dst_dev[0] == 1:
+        try:
+            capsule = x.__dlpack__(dl_device=dst_dev, copy=True, max_version=MAX_VERSION)
+        except Exception as err:
+            raise DeviceMismatchError(
+                f"to_{target.name}(): {probe.producer} cannot copy {probe.describe()} to the CPU through "
+                f"DLPack (__dlpack__(dl_device=(1, 0), copy=True) raised {type(err).__name__}: {err})"
+            ) from err
+        return _from_capsule(capsule, target, fallback, dtype, None, None, None)
+    raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")

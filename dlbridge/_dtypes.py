@@ -1,0 +1,130 @@
+"""DLPack dtype codes and the names dlbridge uses for them.
+
+A dtype is named by a string ("bfloat16", "float8_e4m3fn", ...) so that no framework has to
+be imported to talk about it. ``(code, bits, lanes)`` is what a capsule carries.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import NamedTuple
+
+__all__ = ["DType", "BY_NAME", "dtype_name", "lookup", "unsigned_of_width", "decode_table"]
+
+
+class DType(NamedTuple):
+    code: int
+    bits: int
+    lanes: int = 1
+
+    @property
+    def width(self) -> int:
+        """Bits one element occupies (all lanes)."""
+        return self.bits * self.lanes
+
+
+# DLDataTypeCode (dlpack.h).  Codes 7-17 since DLPack 1.1.
+_CODE_PREFIX = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}
+
+BY_NAME: dict[str, DType] = {
+    **{f"int{b}": DType(0, b) for b in (8, 16, 32, 64)},
+    **{f"uint{b}": DType(1, b) for b in (8, 16, 32, 64)},
+    "float16": DType(2, 16),
+    "float32": DType(2, 32),
+    "float64": DType(2, 64),
+    "bfloat16": DType(4, 16),
+    "complex64": DType(5, 64),
+    "complex128": DType(5, 128),
+    "bool": DType(6, 8),
+    "float8_e3m4": DType(7, 8),
+    "float8_e4m3": DType(8, 8),
+    "float8_e4m3b11fnuz": DType(9, 8),
+    "float8_e4m3fn": DType(10, 8),
+    "float8_e4m3fnuz": DType(11, 8),
+    "float8_e5m2": DType(12, 8),
+    "float8_e5m2fnuz": DType(13, 8),
+    "float8_e8m0fnu": DType(14, 8),
+    "float6_e2m3fn": DType(15, 6),
+    "float6_e3m2fn": DType(16, 6),
+    "float4_e2m1fn": DType(17, 4),
+    # torch's packed pair of fp4 values: code 17, bits 4, lanes 2 (non-standard but real).
+    "float4_e2m1fn_x2": DType(17, 4, 2),
+}
+_BY_TRIPLE: dict[DType, str] = {v: k for k, v in BY_NAME.items()}
+
+FLOAT8 = frozenset(n for n in BY_NAME if n.startswith("float8_"))
+STANDARD = frozenset(n for n, d in BY_NAME.items() if d.code in (0, 1, 2, 5, 6))
+
+
+def dtype_name(code: int, bits: int, lanes: int = 1) -> str:
+    """Name of a DLPack dtype; unknown combinations get a descriptive name, never an error."""
+    name = _BY_TRIPLE.get(DType(code, bits, lanes))
+    if name is not None:
+        return name
+    base = _BY_TRIPLE.get(DType(code, bits, 1))
+    if base is not None:
+        return f"{base}x{lanes}"
+    prefix = _CODE_PREFIX.get(code)
+    if prefix is not None and lanes == 1:
+        return f"{prefix}{bits}"
+    return f"dlpack(code={code}, bits={bits}, lanes={lanes})"
+
+
+def lookup(name: object) -> DType | None:
+    """The DType for a name, a framework dtype object or a NumPy dtype; None if unknown."""
+    if isinstance(name, str):
+        return BY_NAME.get(name.removeprefix("torch.").removeprefix("jnp."))
+    # torch.bfloat16 prints as "torch.bfloat16"; numpy/jax/cupy dtypes have ``.name``.
+    text = getattr(name, "name", None)
+    if not isinstance(text, str):
+        text = getattr(name, "__name__", None) or str(name)
+    return BY_NAME.get(text.removeprefix("torch."))
+
+
+def unsigned_of_width(width: int) -> str | None:
+    """The unsigned integer dtype of the same width (the "view" fallback), if one exists."""
+    return f"uint{width}" if width in (8, 16, 32, 64) else None
+
+
+# --- decoding tables for fallback="upcast" -----------------------------------------------
+# (exponent bits, mantissa bits, bias, style): "ieee" has inf and NaNs like IEEE 754;
+# "fn" has no inf and one NaN per sign (all bits set); "fnuz" has no inf, no -0, and
+# 0x80 is the single NaN; "e8m0" is an unsigned power of two with 0xFF as NaN.
+_FORMATS = {
+    "float8_e3m4": (3, 4, 3, "ieee"),
+    "float8_e4m3": (4, 3, 7, "ieee"),
+    "float8_e4m3b11fnuz": (4, 3, 11, "fnuz"),
+    "float8_e4m3fn": (4, 3, 7, "fn"),
+    "float8_e4m3fnuz": (4, 3, 8, "fnuz"),
+    "float8_e5m2": (5, 2, 15, "ieee"),
+    "float8_e5m2fnuz": (5, 2, 16, "fnuz"),
+    "float8_e8m0fnu": (8, 0, 127, "e8m0"),
+}
+
+
+def _decode(byte: int, ebits: int, mbits: int, bias: int, style: str) -> float:
+    if style == "e8m0":
+        return math.nan if byte == 0xFF else math.ldexp(1.0, byte - bias)
+    if style == "fnuz" and byte == 0x80:
+        return math.nan
+    sign = -1.0 if byte >> (ebits + mbits) & 1 else 1.0
+    exp = (byte >> mbits) & ((1 << ebits) - 1)
+    man = byte & ((1 << mbits) - 1)
+    top = (1 << ebits) - 1
+    if style == "ieee" and exp == top:
+        return sign * math.inf if man == 0 else math.nan
+    if style == "fn" and exp == top and man == (1 << mbits) - 1:
+        return math.nan
+    if exp == 0:
+        return sign * math.ldexp(man, 1 - bias - mbits)
+    return sign * math.ldexp((1 << mbits) + man, exp - bias - mbits)
+
+
+@lru_cache(maxsize=None)
+def decode_table(name: str) -> tuple[float, ...] | None:
+    """The 256 float values of an 8-bit float format, indexed by its bit pattern."""
+    fmt = _FORMATS.get(name)
+    if fmt is None:
+        return None
+    return tuple(_decode(b, *fmt) for b in range(256))
