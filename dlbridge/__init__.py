@@ -21,6 +21,7 @@ __all__ = [
     "LayoutError",
     "NotAnArrayError",
     "OptionError",
+    "MissingFrameworkError",
 ]
 
 __version__ = "0.1.0"
@@ -37,6 +38,7 @@ from ._errors import CapsuleError as CapsuleError
 from ._errors import DeviceMismatchError as DeviceMismatchError
 from ._errors import DLBridgeError as DLBridgeError
 from ._errors import LayoutError as LayoutError
+from ._errors import MissingFrameworkError as MissingFrameworkError
 from ._errors import NotAnArrayError as NotAnArrayError
 from ._errors import OptionError as OptionError
 from ._errors import ReadOnlyError as ReadOnlyError

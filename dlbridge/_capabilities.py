@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -113,6 +114,8 @@ def parse_version(text: str) -> tuple[int, ...]:
 
 @lru_cache(maxsize=None)
 def _importable(module: str) -> bool:
+    if module in sys.modules:  # None there means "blocked" (import raises ImportError)
+        return sys.modules[module] is not None
     return importlib.util.find_spec(module) is not None
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "LayoutError",
     "NotAnArrayError",
     "OptionError",
+    "MissingFrameworkError",
 ]
 
 
@@ -54,6 +55,10 @@ class OptionError(DLBridgeError, ValueError):
     """An option (``to=``, ``fallback=``, ``dtype=``, ``device=`` ...) has a value dlbridge does not know."""
 
 
+class MissingFrameworkError(DLBridgeError, ImportError):
+    """The target framework (or a module a path needs, such as ml_dtypes) is not installed."""
+
+
 for _cls in (
     DLBridgeError,
     UnsupportedDtypeError,
@@ -63,6 +68,7 @@ for _cls in (
     LayoutError,
     NotAnArrayError,
     OptionError,
+    MissingFrameworkError,
 ):
     _cls.__module__ = "dlbridge"
 del _cls

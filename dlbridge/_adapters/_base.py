@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from .._capabilities import Capabilities, capabilities
 from .._capsule import CapsuleType
+from .._errors import MissingFrameworkError
 
 __all__ = ["Adapter", "export_capsule"]
 
@@ -50,7 +51,13 @@ class Adapter:
     def mod(self) -> Any:
         import importlib
 
-        return importlib.import_module(self.module)
+        try:
+            return importlib.import_module(self.module)
+        except ImportError as err:
+            raise MissingFrameworkError(
+                f"dlbridge needs {self.module} for this conversion, but importing it failed ({err}); "
+                f"install it (pip install {self.module})"
+            ) from err
 
     @cached_property
     def version(self) -> str:

@@ -28,8 +28,8 @@ class NumpyAdapter(Adapter):
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         dtype = obj.dtype
-        logical = BY_NAME.get(dtype.name) if dtype.kind == "V" else None
-        if logical is None:
+        logical = BY_NAME.get(dtype.name) if dtype.type.__module__ == "ml_dtypes" else None
+        if logical is None or logical.width != dtype.itemsize * 8:  # ml_dtypes' fp4/fp6 are unpacked
             return export_capsule(obj, stream=None, max_version=max_version)
         # NumPy refuses to export ml_dtypes arrays; export the same bytes as uint and put the
         # true dtype back into the capsule before anyone reads it.

@@ -1,0 +1,127 @@
+"""Source arrays with known bit patterns, made in each framework, and helpers to read them back.
+
+Every test array is built from a NumPy reference (ml_dtypes for bf16/fp8) so that values can
+be compared bit for bit, whatever framework produced or consumed them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "bool", "complex64", "uint16", "int64")
+LAYOUTS = ("contiguous", "transposed", "sliced", "0-d", "empty")
+FRAMEWORKS = ("torch", "jax", "numpy")
+
+
+def np_dtype(name: str) -> np.dtype:
+    if name == "bfloat16" or name.startswith("float8_"):
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+def reference(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    """A NumPy array of ``dtype`` with distinct, finite values (checked bit for bit later)."""
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape)) if shape else 1
+    if dtype == "bool":
+        return (rng.integers(0, 2, n) == 1).reshape(shape)
+    if dtype == "complex64":
+        return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64).reshape(shape)
+    if dtype in ("uint16", "int64"):
+        return rng.integers(0, 30000, n).astype(dtype).reshape(shape)
+    # Small integers and halves are exact in every float format used here (fp8 included).
+    return (rng.integers(-8, 8, n) / 2).astype(np.float32).astype(np_dtype(dtype)).reshape(shape)
+
+
+def _is_ml(a: np.ndarray) -> bool:
+    return a.dtype.type.__module__ == "ml_dtypes"
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """The raw bytes of each element (so NaN payloads and -0.0 compare exactly)."""
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,)) if a.dtype != bool else a
+
+
+def layout_of(ref_full: np.ndarray, layout: str) -> np.ndarray:
+    """Apply a layout to a NumPy array (the framework sources repeat the same indexing)."""
+    if layout == "transposed":
+        return ref_full.T
+    if layout == "sliced":
+        return ref_full[1:, 2:]
+    return ref_full
+
+
+def base_shape(layout: str) -> tuple[int, ...]:
+    return {"contiguous": (3, 4), "transposed": (4, 3), "sliced": (4, 6), "0-d": (), "empty": (0, 3)}[layout]
+
+
+def make_source(framework: str, dtype: str, layout: str):
+    """(source array in ``framework``, NumPy array with the same logical values)."""
+    full = reference(dtype, base_shape(layout))
+    expected = layout_of(full, layout)
+    if framework == "numpy":
+        return layout_of(full.copy(), layout), expected
+    if framework == "torch":
+        import torch
+
+        if dtype == "bool":
+            t = torch.from_numpy(full.copy())
+        else:
+            raw = full.view(f"u{full.dtype.itemsize}") if _is_ml(full) else full
+            t = torch.from_numpy(raw.copy())
+            if _is_ml(full):
+                t = t.view(getattr(torch, dtype))
+        if layout == "transposed":
+            t = t.T
+        elif layout == "sliced":
+            t = t[1:, 2:]
+        return t, expected
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        # JAX cannot slice or transpose without a copy: its "layouts" are fresh dense arrays.
+        return jnp.asarray(expected), expected
+    raise ValueError(framework)
+
+
+def to_host(framework: str, arr) -> np.ndarray:
+    """A NumPy copy of ``arr`` with its logical dtype, read through the framework's own API."""
+    if framework == "numpy":
+        return np.asarray(arr)
+    if framework == "torch":
+        import torch
+
+        if arr.dtype == torch.bool:
+            return arr.numpy()
+        dtype = str(arr.dtype).removeprefix("torch.")
+        if dtype == "bfloat16" or dtype.startswith("float8_"):
+            width = arr.element_size() * 8
+            raw = arr.contiguous().view(getattr(torch, f"uint{width}" if width > 8 else "uint8"))
+            return raw.numpy().view(np_dtype(dtype))
+        return arr.contiguous().numpy()
+    if framework == "jax":
+        return np.asarray(arr)
+    if framework == "cupy":
+        return arr.get()
+    raise ValueError(framework)
+
+
+def data_ptr(framework: str, arr) -> int:
+    if framework == "numpy":
+        return arr.__array_interface__["data"][0]
+    if framework == "torch":
+        return arr.data_ptr()
+    if framework == "jax":
+        return arr.unsafe_buffer_pointer()
+    if framework == "cupy":
+        return arr.data.ptr
+    raise ValueError(framework)
+
+
+def dtype_name(framework: str, arr) -> str:
+    if framework == "torch":
+        return str(arr.dtype).removeprefix("torch.")
+    return np.dtype(arr.dtype).name

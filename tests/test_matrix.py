@@ -1,0 +1,97 @@
+"""Every CPU producer x consumer x dtype x layout: values, dtype and memory sharing.
+
+The CPU stack here (torch 2.13, JAX 0.10, NumPy + ml_dtypes) can hold every dtype of the
+matrix, so every cell must arrive with its true dtype and equal bits, and share memory except
+where JAX must copy (non-dense strides, or a buffer not aligned the way XLA needs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dlbridge
+from tests._arrays import DTYPES, FRAMEWORKS, LAYOUTS, bits, data_ptr, dtype_name, make_source, to_host
+from tests.conftest import need
+
+CONVERT = {"torch": dlbridge.to_torch, "jax": dlbridge.to_jax, "numpy": dlbridge.to_numpy}
+JAX_ALIGNMENT = 64  # XLA:CPU shares buffers aligned to this; others are copied on import
+
+
+def _jax_x64() -> bool:
+    import jax
+
+    return bool(jax.config.jax_enable_x64)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("consumer", FRAMEWORKS)
+@pytest.mark.parametrize("producer", FRAMEWORKS)
+def test_cell(producer: str, consumer: str, dtype: str, layout: str) -> None:
+    need(producer)
+    need(consumer)
+    need("ml_dtypes")
+    if dtype == "int64" and "jax" in (producer, consumer) and not _jax_x64():
+        pytest.skip("JAX without x64 has no int64 (covered by test_jax_x64_* below)")
+    src, expected = make_source(producer, dtype, layout)
+    info = dlbridge.inspect(src)
+    assert info.dtype == dtype
+
+    out = CONVERT[consumer](src)
+
+    assert dtype_name(consumer, out) == dtype
+    assert tuple(out.shape) == expected.shape
+    np.testing.assert_array_equal(bits(to_host(consumer, out)), bits(expected))
+    if expected.size == 0:
+        return
+    shared = data_ptr(consumer, out) == data_ptr(producer, src)
+    if consumer != "jax":
+        assert shared, "expected a zero-copy handoff"
+    else:
+        dense = info.is_compact()
+        aligned = info.data_ptr % JAX_ALIGNMENT == 0
+        assert shared == (dense and aligned), (dense, aligned)
+
+
+@pytest.mark.parametrize("consumer", FRAMEWORKS)
+@pytest.mark.parametrize("producer", FRAMEWORKS)
+def test_writes_are_visible_through_zero_copy(producer: str, consumer: str) -> None:
+    """Sharing is real: a write through the source shows in the result."""
+    if "jax" in (producer, consumer):
+        pytest.skip("JAX arrays are immutable")
+    src, _ = make_source(producer, "bfloat16", "contiguous")
+    out = CONVERT[consumer](src)
+    src[0, 0] = 5.5
+    assert float(out[0, 0]) == 5.5
+
+
+def test_jax_x64_off_refuses_int64_instead_of_narrowing() -> None:
+    need("jax")
+    torch = need("torch")
+    if _jax_x64():
+        pytest.skip("x64 is on in this process")
+    t = torch.arange(3, dtype=torch.int64) + 2**40
+    with pytest.raises(dlbridge.UnsupportedDtypeError, match=r"jax_enable_x64"):
+        dlbridge.to_jax(t)
+
+
+def test_jax_x64_on_int64_both_ways() -> None:
+    from tests.conftest import run_child
+
+    proc = run_child(
+        """
+        import jax; jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp, torch, numpy as np, dlbridge
+        t = torch.arange(3, dtype=torch.int64) + 2**40
+        j = dlbridge.to_jax(t)
+        assert j.dtype == jnp.int64 and j.unsafe_buffer_pointer() == t.data_ptr(), j
+        assert (np.asarray(j) == t.numpy()).all()
+        back = dlbridge.to_torch(j)
+        assert back.data_ptr() == t.data_ptr() and back.dtype == torch.int64
+        n = dlbridge.to_numpy(jnp.arange(3, dtype=jnp.int64))
+        assert n.dtype == np.int64
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
