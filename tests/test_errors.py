@@ -1,0 +1,118 @@
+"""The exception hierarchy and the wording of the messages users read (pinned on purpose)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dlbridge
+from tests.conftest import need
+
+torch = need("torch")
+
+
+@pytest.mark.parametrize(
+    ("cls", "builtin"),
+    [
+        (dlbridge.UnsupportedDtypeError, NotImplementedError),
+        (dlbridge.DeviceMismatchError, BufferError),
+        (dlbridge.CapsuleError, BufferError),
+        (dlbridge.ReadOnlyError, BufferError),
+        (dlbridge.LayoutError, BufferError),
+        (dlbridge.NotAnArrayError, TypeError),
+        (dlbridge.OptionError, ValueError),
+        (dlbridge.MissingFrameworkError, ImportError),
+    ],
+)
+def test_hierarchy(cls: type, builtin: type) -> None:
+    assert issubclass(cls, dlbridge.DLBridgeError) and issubclass(cls, builtin)
+    assert cls.__module__ == "dlbridge"
+
+
+def test_cpu_to_cupy_says_what_to_pass() -> None:
+    with pytest.raises(
+        dlbridge.DeviceMismatchError,
+        match=r'to_cupy\(\): the source is on cpu:0 and cupy cannot use memory there .*pass device="cuda" or copy=True',
+    ):
+        dlbridge.to_cupy(torch.zeros(2))
+
+
+def test_copy_false_forbids_device_moves() -> None:
+    with pytest.raises(dlbridge.DeviceMismatchError, match="copy=False forbids"):
+        dlbridge.to_cupy(torch.zeros(2), copy=False)
+
+
+def test_unknown_target_lists_the_valid_ones() -> None:
+    with pytest.raises(dlbridge.OptionError, match=r"unknown target framework 'tensorflow'; expected one of: cupy, jax, numpy, torch"):
+        dlbridge.convert(torch.zeros(1), "tensorflow")
+
+
+def test_targets_by_name_alias_and_module() -> None:
+    import jax.numpy as jnp
+
+    t = torch.arange(3.0)
+    for to in ("numpy", "np", np):
+        assert isinstance(dlbridge.convert(t, to), np.ndarray)
+    assert isinstance(dlbridge.convert(np.arange(3.0), "pytorch"), torch.Tensor)
+    assert dlbridge.convert(t, jnp).shape == (3,)
+
+
+def test_readonly_to_torch() -> None:
+    a = np.arange(3.0)
+    a.flags.writeable = False
+    with pytest.raises(dlbridge.ReadOnlyError, match=r"numpy cpu float64\[3\] is read-only .* Pass copy=True"):
+        dlbridge.to_torch(a)
+    t = dlbridge.to_torch(a, copy=True)
+    t[0] = 7
+    assert a[0] == 0 and t.data_ptr() != a.ctypes.data
+
+
+def test_readonly_stays_readonly_in_numpy() -> None:
+    a = np.arange(3.0)
+    a.flags.writeable = False
+    out = dlbridge.to_numpy(a)
+    assert not out.flags.writeable and out.ctypes.data == a.ctypes.data
+
+
+def test_stream_on_cpu_is_an_option_error() -> None:
+    with pytest.raises(dlbridge.OptionError, match="only stream=None is valid off the GPU"):
+        dlbridge.to_numpy(torch.zeros(1), stream=5)
+
+
+def test_bad_device_and_copy_values() -> None:
+    with pytest.raises(dlbridge.OptionError, match="is not a device"):
+        dlbridge.to_torch(torch.zeros(1), device="tpu-ish")
+    with pytest.raises(dlbridge.OptionError, match="copy='yes'"):
+        dlbridge.to_torch(torch.zeros(1), copy="yes")  # type: ignore[arg-type]
+
+
+def test_missing_target_framework() -> None:
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        with pytest.raises(dlbridge.MissingFrameworkError, match="pip install cupy"):
+            dlbridge.to_cupy(torch.zeros(1), device="cuda")
+    else:
+        pytest.skip("cupy is installed")
+
+
+def test_negative_strides_reach_torch_as_a_copy_not_an_abort() -> None:
+    """torch 2.13 aborts the process on a[::-1]'s capsule (see test_robustness); dlbridge copies."""
+    a = np.arange(6.0)[::-1]
+    t = dlbridge.to_torch(a)
+    assert t.tolist() == [5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+    with pytest.raises(dlbridge.LayoutError, match=r"strides \[-1\]; it needs a dense copy, which copy=False forbids"):
+        dlbridge.to_torch(a, copy=False)
+
+
+def test_jax_copy_false_on_a_strided_slice() -> None:
+    t = torch.arange(12.0).reshape(3, 4)[:, 1:]
+    with pytest.raises(dlbridge.LayoutError, match="copy=False forbids"):
+        dlbridge.to_jax(t, copy=False)
+    assert dlbridge.to_jax(t).tolist() == t.tolist()
+
+
+def test_requires_grad_is_detached() -> None:
+    p = torch.ones(3, requires_grad=True)
+    out = dlbridge.to_numpy(p)
+    assert out.ctypes.data == p.data_ptr()

@@ -1,0 +1,177 @@
+"""Dtypes a consumer cannot hold: raise / view / upcast, remembered views, dtype=, defaults."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dlbridge
+from tests._arrays import bits, np_dtype
+from tests.conftest import need, run_child
+
+torch = need("torch")
+jnp = need("jax.numpy")
+ml_dtypes = need("ml_dtypes")
+
+
+def _b11(n: int = 8):
+    """JAX float8_e4m3b11fnuz: torch cannot hold it, so torch is the consumer under test."""
+    return jnp.asarray(np.arange(n, dtype=np.float32) / 4 - 1, dtype=jnp.float8_e4m3b11fnuz)
+
+
+def test_raise_is_the_default_and_happens_before_the_consumer_sees_the_capsule() -> None:
+    x = _b11()
+    with pytest.raises(dlbridge.UnsupportedDtypeError) as err:
+        dlbridge.to_torch(x)
+    msg = str(err.value)
+    assert "jax cpu float8_e4m3b11fnuz[8]" in msg and f"torch {torch.__version__}" in msg
+    assert 'fallback="view"' in msg and 'fallback="upcast"' in msg
+    assert isinstance(err.value, NotImplementedError)
+    assert err.value.__cause__ is None  # torch never got the capsule, so there is nothing to chain
+
+
+def test_view_shares_memory_and_keeps_the_bits() -> None:
+    x = _b11()
+    v = dlbridge.to_torch(x, fallback="view")
+    assert v.dtype == torch.uint8
+    assert v.data_ptr() == x.unsafe_buffer_pointer()
+    np.testing.assert_array_equal(v.numpy(), np.asarray(x).view(np.uint8))
+
+
+def test_view_remembers_its_logical_dtype_onward() -> None:
+    x = _b11()
+    v = dlbridge.to_torch(x, fallback="view")
+    back = dlbridge.to_jax(v)
+    assert back.dtype == jnp.float8_e4m3b11fnuz
+    assert back.unsafe_buffer_pointer() == v.data_ptr()
+    n = dlbridge.to_numpy(v)
+    assert n.dtype == np_dtype("float8_e4m3b11fnuz") and n.ctypes.data == v.data_ptr()
+    np.testing.assert_array_equal(bits(n), bits(np.asarray(x)))
+
+
+def test_the_memory_is_forgotten_when_the_view_dies() -> None:
+    x = _b11()
+    v = dlbridge.to_torch(x, fallback="view")
+    info = dlbridge.inspect(v)
+    del v
+    from dlbridge import _logical
+
+    assert _logical.recall(info) is None
+
+
+def test_a_plain_uint8_tensor_is_not_mistaken_for_a_view() -> None:
+    u = torch.arange(8, dtype=torch.uint8)
+    assert dlbridge.to_numpy(u).dtype == np.uint8
+
+
+def test_upcast_gives_float32_with_equal_values() -> None:
+    x = _b11()
+    up = dlbridge.to_torch(x, fallback="upcast")
+    assert up.dtype == torch.float32
+    np.testing.assert_array_equal(up.numpy(), np.asarray(x).astype(np.float32))
+    assert up.data_ptr() != x.unsafe_buffer_pointer()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+     "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"],
+)  # fmt: skip
+def test_decode_tables_match_ml_dtypes(name: str) -> None:
+    from dlbridge._dtypes import decode_table
+
+    every = np.arange(256, dtype=np.uint8).view(np_dtype(name)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(decode_table(name), dtype=np.float32), every)
+
+
+def test_explicit_dtype_reinterprets_zero_copy() -> None:
+    u = torch.tensor([0x3F80, 0x4000, 0xC040], dtype=torch.uint16)
+    t = dlbridge.to_torch(u, dtype="bfloat16")
+    assert t.dtype == torch.bfloat16 and t.data_ptr() == u.data_ptr()
+    assert t.tolist() == [1.0, 2.0, -3.0]
+    n = dlbridge.to_numpy(u, dtype=ml_dtypes.bfloat16)
+    assert n.dtype == np_dtype("bfloat16") and n.tolist() == [1.0, 2.0, -3.0]
+
+
+def test_explicit_dtype_must_keep_the_width() -> None:
+    with pytest.raises(dlbridge.OptionError, match=r"dtype='float32' \(32 bits\) cannot reinterpret .*uint16.* \(16 bits\)"):
+        dlbridge.to_torch(torch.zeros(3, dtype=torch.uint16), dtype="float32")
+    with pytest.raises(dlbridge.OptionError, match="not a dtype dlbridge knows"):
+        dlbridge.to_torch(torch.zeros(3), dtype="float33")
+
+
+def test_bad_fallback_value() -> None:
+    with pytest.raises(dlbridge.OptionError, match="fallback='copy' is not a fallback; expected one of 'raise', 'view', 'upcast'"):
+        dlbridge.to_torch(torch.zeros(1), fallback="copy")
+
+
+def test_process_default_and_context_manager() -> None:
+    assert dlbridge.get_default_fallback() == "raise"
+    previous = dlbridge.set_default_fallback("view")
+    try:
+        assert dlbridge.to_torch(_b11()).dtype == torch.uint8
+        with dlbridge.fallback_policy("upcast"):
+            assert dlbridge.to_torch(_b11()).dtype == torch.float32
+            assert dlbridge.to_torch(_b11(), fallback="view").dtype == torch.uint8  # the call wins
+        assert dlbridge.get_default_fallback() == "view"
+    finally:
+        dlbridge.set_default_fallback(previous)
+    with pytest.raises(dlbridge.UnsupportedDtypeError):
+        dlbridge.to_torch(_b11())
+
+
+def test_context_manager_is_per_thread() -> None:
+    import threading
+
+    seen = []
+    with dlbridge.fallback_policy("view"):
+        t = threading.Thread(target=lambda: seen.append(dlbridge.get_default_fallback()))
+        t.start()
+        t.join()
+    assert seen == ["raise"]
+
+
+def test_environment_variable() -> None:
+    import os
+
+    code = "import dlbridge; print(dlbridge.get_default_fallback())"
+    env = {**os.environ, "DLBRIDGE_FALLBACK": "upcast"}
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "upcast"
+    env["DLBRIDGE_FALLBACK"] = "bogus"
+    bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "$DLBRIDGE_FALLBACK='bogus' is not a fallback" in bad.stderr
+
+
+def test_numpy_without_ml_dtypes_needs_a_fallback() -> None:
+    """Without ml_dtypes NumPy cannot hold bf16: raise (saying what to install), view, upcast."""
+    proc = run_child(
+        """
+        import sys; sys.modules["ml_dtypes"] = None   # as if it were not installed
+        import numpy as np, torch, dlbridge
+        t = torch.tensor([1.0, -2.5, 3.0], dtype=torch.bfloat16)
+        try:
+            dlbridge.to_numpy(t)
+        except dlbridge.UnsupportedDtypeError as e:
+            assert "pip install ml_dtypes" in str(e), e
+        else:
+            raise SystemExit("no error")
+        v = dlbridge.to_numpy(t, fallback="view")
+        assert v.dtype == np.uint16 and v.ctypes.data == t.data_ptr()
+        back = dlbridge.to_torch(v)
+        assert back.dtype == torch.bfloat16 and back.data_ptr() == t.data_ptr()
+        up = dlbridge.to_numpy(t, fallback="upcast")
+        assert up.dtype == np.float32 and up.tolist() == [1.0, -2.5, 3.0], up
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
+
+
+def test_subbyte_jax_fp4_cannot_be_viewed() -> None:
+    x = jnp.zeros(4, dtype=jnp.float4_e2m1fn)
+    with pytest.raises(dlbridge.UnsupportedDtypeError, match="float4_e2m1fn"):
+        dlbridge.to_numpy(x, fallback="view")
