@@ -8,6 +8,7 @@ __all__ = [
     "to_numpy",
     "convert",
     "inspect",
+    "guard",
     "DLPackInfo",
     "set_default_fallback",
     "get_default_fallback",
@@ -43,6 +44,7 @@ from ._errors import NotAnArrayError as NotAnArrayError
 from ._errors import OptionError as OptionError
 from ._errors import ReadOnlyError as ReadOnlyError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
+from ._guard import guard as guard
 from ._options import fallback_policy as fallback_policy
 from ._options import get_default_fallback as get_default_fallback
 from ._options import set_default_fallback as set_default_fallback

@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-from functools import lru_cache
+from collections.abc import Iterable
+from functools import cache, lru_cache
 from typing import NamedTuple
 
 from ._dtypes import BY_NAME, FLOAT8
@@ -46,9 +47,9 @@ class Row(NamedTuple):
     source: str
 
 
-def _r(consumer: str, what: str, dtypes: object = (), since: str | None = None, until: str | None = None,
+def _r(consumer: str, what: str, dtypes: Iterable[str] = (), since: str | None = None, until: str | None = None,
        requires: str | None = None, *, source: str) -> Row:  # fmt: skip
-    return Row(consumer, what, frozenset(dtypes), since, until, requires, source)  # type: ignore[arg-type]
+    return Row(consumer, what, frozenset(dtypes), since, until, requires, source)
 
 
 TABLE: tuple[Row, ...] = (
@@ -112,7 +113,7 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group().split(".")) if match else ()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _importable(module: str) -> bool:
     if module in sys.modules:  # None there means "blocked" (import raises ImportError)
         return sys.modules[module] is not None

@@ -65,11 +65,11 @@ def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: An
     width = BY_NAME[logical].width if logical in BY_NAME else info.bits * info.lanes
     uint = unsigned_of_width(width) if info.lanes == 1 or logical in BY_NAME else None
     if logical in caps.holds and uint in caps.imports:
-        return Plan("reinterpret", logical, uint)  # type: ignore[arg-type]
+        return Plan("reinterpret", logical, uint)
     if fallback == "view" and uint is not None and uint in caps.imports:
         return Plan("view", logical, uint)
     if fallback == "upcast" and uint in caps.imports and _upcastable(logical):
-        return Plan("upcast", logical, uint)  # type: ignore[arg-type]
+        return Plan("upcast", logical, uint)
     raise UnsupportedDtypeError(_unsupported_message(info, caps, logical, fallback, uint, target))
 
 
@@ -104,7 +104,7 @@ def _unsupported_message(info: DLPackInfo, caps: Capabilities, logical: str, fal
                          uint: str | None, target: str) -> str:  # fmt: skip
     who = f"{caps.consumer} {caps.version}"
     lines = [f"{target or caps.consumer}: cannot hand {info.describe()} to {who}: {caps.consumer} cannot hold {logical}."]
-    if caps.consumer == "numpy" and logical in ("bfloat16",) or logical.startswith("float8_") and caps.consumer == "numpy":
+    if (caps.consumer == "numpy" and logical in ("bfloat16",)) or (logical.startswith("float8_") and caps.consumer == "numpy"):
         lines.append("Install ml_dtypes (pip install ml_dtypes) to get it zero-copy with the real dtype.")
     if caps.consumer == "jax" and logical in ("int64", "uint64", "float64", "complex128"):
         lines.append('JAX runs without 64-bit types: jax.config.update("jax_enable_x64", True) lets it hold them.')
@@ -205,13 +205,12 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
             f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "
             f"as {plan.wire}: {type(err).__name__}: {err}"
         ) from err
-    if copy is not True and info.size and target.data_ptr(result) != info.data_ptr:
-        # The consumer copied on its own (JAX does for misaligned CPU buffers).
-        if copy is False:
-            raise LayoutError(
-                f"to_{target.name}(): {caps.consumer} copied {info.describe()} on import (address "
-                f"{info.data_ptr:#x} is not aligned the way it needs); copy=False forbids that. Pass copy=None."
-            )
+    # The consumer may copy on its own (JAX does for misaligned CPU buffers).
+    if copy is False and info.size and target.data_ptr(result) != info.data_ptr:
+        raise LayoutError(
+            f"to_{target.name}(): {caps.consumer} copied {info.describe()} on import (address "
+            f"{info.data_ptr:#x} is not aligned the way it needs); copy=False forbids that. Pass copy=None."
+        )
     if plan.mode == "reinterpret":
         result = target.view(result, plan.logical)
     elif plan.mode == "view":
@@ -276,10 +275,10 @@ def _parse_device(device: Any, default: tuple[int, int]) -> tuple[int, int]:
         if kind in DEVICE_CODES and (not index or index.isdigit()):
             same_kind = default[0] == DEVICE_CODES[kind]
             return (DEVICE_CODES[kind], int(index) if index else (default[1] if same_kind else 0))
-    kind = getattr(device, "type", None) or getattr(device, "platform", None)  # torch / jax
-    if isinstance(kind, str):
-        index = getattr(device, "index", None)
-        return _parse_device(f"{kind}:{index if index is not None else getattr(device, 'id', 0)}", default)
+    platform = getattr(device, "type", None) or getattr(device, "platform", None)  # torch / jax
+    if isinstance(platform, str):
+        number = getattr(device, "index", None)
+        return _parse_device(f"{platform}:{number if number is not None else getattr(device, 'id', 0)}", default)
     if type(device).__module__.startswith("cupy"):
         return (2, int(device.id))
     raise OptionError(f'device={device!r} is not a device; pass "cpu", "cuda", "cuda:N" or a framework device')
@@ -333,9 +332,8 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
     here = f"{device_name(src_dev[0])}:{src_dev[1]}"
     there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
     if copy is False or (copy is None and device is None):
-        hint = (
-            f'pass device="{device_name(dst_dev[0]) if dst_dev != src_dev else "cuda"}" or copy=True to copy it there'
-        )
+        home = dst_dev if dst_dev != src_dev else ((1, 0) if 1 in target.device_codes else (2, 0))
+        hint = f'pass device="{device_name(home[0])}" or copy=True to copy it there'
         why = "copy=False forbids the copy" if copy is False else "that needs a copy"
         raise DeviceMismatchError(
             f"to_{target.name}(): the source is on {here} and {target.name} cannot use memory there "

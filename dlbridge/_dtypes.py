@@ -7,7 +7,7 @@ be imported to talk about it. ``(code, bits, lanes)`` is what a capsule carries.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 from typing import NamedTuple
 
 __all__ = ["DType", "BY_NAME", "dtype_name", "lookup", "unsigned_of_width", "decode_table"]
@@ -121,7 +121,7 @@ def _decode(byte: int, ebits: int, mbits: int, bias: int, style: str) -> float:
     return sign * math.ldexp((1 << mbits) + man, exp - bias - mbits)
 
 
-@lru_cache(maxsize=None)
+@cache
 def decode_table(name: str) -> tuple[float, ...] | None:
     """The 256 float values of an 8-bit float format, indexed by its bit pattern."""
     fmt = _FORMATS.get(name)

@@ -40,7 +40,7 @@ _scoped: contextvars.ContextVar[Fallback | None] = contextvars.ContextVar("dlbri
 def check_fallback(value: object, where: str = "fallback") -> Fallback:
     if value not in FALLBACKS:
         raise OptionError(f"{where}={value!r} is not a fallback; expected one of {', '.join(map(repr, FALLBACKS))}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def get_default_fallback() -> Fallback:

@@ -42,7 +42,7 @@ def _is_ml(a: np.ndarray) -> bool:
 def bits(a: np.ndarray) -> np.ndarray:
     """The raw bytes of each element (so NaN payloads and -0.0 compare exactly)."""
     a = np.ascontiguousarray(a)
-    return a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,)) if a.dtype != bool else a
+    return a.view(np.uint8).reshape((*a.shape, a.dtype.itemsize)) if a.dtype != bool else a
 
 
 def layout_of(ref_full: np.ndarray, layout: str) -> np.ndarray:

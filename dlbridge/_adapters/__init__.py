@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from types import ModuleType
 
 from .._errors import OptionError

@@ -12,7 +12,6 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._capabilities import Capabilities, capabilities
-from .._capsule import CapsuleType
 from .._errors import MissingFrameworkError
 
 __all__ = ["Adapter", "export_capsule"]
@@ -80,7 +79,7 @@ class Adapter:
         return None
 
     # --- consuming --------------------------------------------------------------------------
-    def import_capsule(self, capsule: CapsuleType, device: tuple[int, int]) -> Any:
+    def import_capsule(self, capsule: Any, device: tuple[int, int]) -> Any:
         raise NotImplementedError
 
     def view(self, arr: Any, dtype: str) -> Any:

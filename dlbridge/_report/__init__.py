@@ -1,0 +1,3 @@
+"""``dlbridge report`` and ``dlbridge doctor``: the compatibility matrix of the installed stack."""
+
+from __future__ import annotations

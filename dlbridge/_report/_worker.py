@@ -1,0 +1,197 @@
+"""The worker process: imports the frameworks once, then runs one attempt per stdin line.
+
+Protocol (JSON lines): the parent starts ``python -m dlbridge._report._worker CONFIG``; the
+worker writes one ``{"hello": ...}`` line, then answers each task line with one result
+line. A crash kills only this process; the parent records it and starts a new worker at the
+next task. Nothing but protocol lines reaches the real stdout: C-level prints from the
+frameworks are sent to stderr.
+
+``$DLBRIDGE_REPORT_CRASH`` (comma-separated task keys, ``producer:device>consumer:dtype:attempt``)
+makes the worker abort on those tasks: the test suite uses it to prove crash recovery.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import warnings
+from typing import Any
+
+from .._adapters import ADAPTERS
+from .._convert import inspect, plan_for
+from .._dtypes import unsigned_of_width
+from .._errors import DLBridgeError, UnsupportedDtypeError
+from .._options import NOT_GIVEN, resolve_fallback
+from ._cases import (
+    DEVICE_CODE,
+    PRODUCER_DEVICES,
+    cuda_producers,
+    dtype_of,
+    gpu_info,
+    host_bytes,
+    make_source,
+    native_import,
+    reference,
+)
+
+__all__ = ["task_key", "run_task", "hello", "main"]
+
+CRASH_ENV = "DLBRIDGE_REPORT_CRASH"
+
+
+def task_key(task: dict[str, Any]) -> str:
+    return f"{task['producer']}:{task['device']}>{task['consumer']}:{task['dtype']}:{task['attempt']}"
+
+
+def _error(err: BaseException) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    text = text if len(text) <= 240 else text[:237] + "..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _check(consumer: str, out: Any, ref: Any, want_dtype: str, want_bytes: Any) -> str | None:
+    """Why ``out`` is wrong (dtype, shape or bits), or None when it is right."""
+    got = dtype_of(consumer, out)
+    if got != want_dtype:
+        return f"dtype {got}, expected {want_dtype}"
+    if tuple(out.shape) != tuple(ref.shape):
+        return f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    data = host_bytes(consumer, out)
+    if data.shape != want_bytes.shape or (data != want_bytes).any():
+        return "values differ from the source (bit patterns compared)"
+    return None
+
+
+def _native(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
+    consumer = task["consumer"]
+    try:
+        out = native_import(consumer, src)
+    except Exception as err:
+        return {"status": "error", "error": _error(err), "clean": False}
+    wrong = _check(consumer, out, ref, task["dtype"], ref.view("u1").reshape(-1))
+    zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
+    return {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": "native"}
+
+
+def _planned(src: Any, consumer: str, fallback: Any) -> str:
+    try:
+        info = inspect(src)
+        if info.device_code not in ADAPTERS[consumer].device_codes:
+            return "copy"
+        return plan_for(info, ADAPTERS[consumer].capabilities(), resolve_fallback(fallback)).mode
+    except UnsupportedDtypeError:
+        return "raise"
+
+
+def _dlbridge(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
+    import numpy as np
+
+    from .._convert import convert
+
+    consumer = task["consumer"]
+    fallback = "view" if task["attempt"] == "view" else NOT_GIVEN
+    try:
+        mode = _planned(src, consumer, fallback)
+        out = convert(src, consumer, fallback=fallback)
+    except Exception as err:
+        return {"status": "error", "error": _error(err), "clean": isinstance(err, DLBridgeError), "mode": "raise"}
+    flat = ref.view("u1").reshape(-1)
+    if mode == "view":
+        want = unsigned_of_width(ref.dtype.itemsize * 8) or "?"
+    elif mode == "upcast":
+        want, flat = "float32", ref.astype(np.float32).view("u1").reshape(-1)
+    else:
+        want = task["dtype"]
+    wrong = _check(consumer, out, ref, want, flat)
+    zero_copy = None
+    if mode in ("native", "reinterpret", "view"):
+        zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
+    elif mode in ("upcast", "copy"):
+        zero_copy = False
+    return {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": mode}
+
+
+def run_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Run one attempt; every Python-level failure becomes data (a crash ends the process)."""
+    if task_key(task) in os.environ.get(CRASH_ENV, "").split(","):
+        os.abort()
+    ref = reference(task["dtype"])
+    try:
+        src = make_source(task["producer"], task["device"], task["dtype"])
+    except Exception as err:
+        return {"status": "skip", "error": f"producer cannot make it: {_error(err)}"}
+    attempt = _native if task["attempt"] == "native" else _dlbridge
+    return attempt(task, src, ref)
+
+
+# --- hello: what this stack is ------------------------------------------------------------------
+
+
+def _versions(frameworks: list[str]) -> dict[str, str]:
+    from importlib import metadata
+
+    out = {name: ADAPTERS[name].version for name in frameworks}
+    if "jax" in frameworks:
+        import jaxlib
+
+        out["jaxlib"] = str(getattr(jaxlib, "__version__", "?"))
+    try:
+        out["ml_dtypes"] = metadata.version("ml_dtypes")
+    except metadata.PackageNotFoundError:
+        out["ml_dtypes"] = "not installed"
+    return out
+
+
+def _makes(framework: str, device: str, dtypes: list[str]) -> dict[str, str | None]:
+    """dtype -> None when the producer makes it, else the reason it cannot."""
+    found: dict[str, str | None] = {}
+    for dtype in dtypes:
+        try:
+            src = make_source(framework, device, dtype)
+            got = dtype_of(framework, src)
+            found[dtype] = None if got == dtype else f"makes {got} when asked for {dtype}"
+        except Exception as err:
+            found[dtype] = _error(err)
+    return found
+
+
+def hello(frameworks: list[str], devices: list[str], dtypes: list[str]) -> dict[str, Any]:
+    cuda = cuda_producers(frameworks) if "cuda" in devices else []
+    producers = {}
+    for fw in frameworks:
+        for dev in PRODUCER_DEVICES[fw]:
+            if dev in devices and (dev == "cpu" or fw in cuda):
+                producers[f"{fw}:{dev}"] = _makes(fw, dev, dtypes)
+    caps = {}
+    for fw in frameworks:
+        c = ADAPTERS[fw].capabilities()
+        caps[fw] = {"version": c.version, "imports": sorted(c.imports), "holds": sorted(c.holds),
+                    "crashes_on_reject": c.crashes_on_reject, "device_codes": sorted(ADAPTERS[fw].device_codes)}  # fmt: skip
+    return {"versions": _versions(frameworks), "cuda": cuda, "gpu": gpu_info(cuda) if cuda else None,
+            "producers": producers, "caps": caps, "device_codes": DEVICE_CODE}  # fmt: skip
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # C-level prints from the frameworks go to stderr, not into the protocol
+    sys.stdout = sys.stderr
+    warnings.simplefilter("ignore")
+    for fw in config["frameworks"]:
+        importlib.import_module(ADAPTERS[fw].module)
+    if config.get("hello"):
+        info = hello(config["frameworks"], config["devices"], config["dtypes"])
+    else:
+        info = {}
+    protocol.write(json.dumps({"hello": info, "pid": os.getpid()}) + "\n")
+    for line in sys.stdin:
+        task = json.loads(line)
+        result = run_task(task)
+        result["id"] = task["id"]
+        protocol.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
