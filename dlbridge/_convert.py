@@ -199,7 +199,7 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
     # The invariant that keeps crash-prone consumers alive: only what they import reaches them.
     assert plan.wire in caps.imports, plan
     try:
-        result = target.import_capsule(capsule, info.device)
+        result = target.import_capsule(capsule, info.device, caps)
     except Exception as err:
         raise CapsuleError(
             f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "

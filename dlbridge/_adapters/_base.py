@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._capabilities import Capabilities, capabilities
+from .._capsule import Carrier
 from .._errors import MissingFrameworkError
 
 __all__ = ["Adapter", "export_capsule"]
@@ -79,8 +80,16 @@ class Adapter:
         return None
 
     # --- consuming --------------------------------------------------------------------------
-    def import_capsule(self, capsule: Any, device: tuple[int, int]) -> Any:
-        raise NotImplementedError
+    def from_dlpack(self) -> Any:
+        """The framework's own ``from_dlpack`` function."""
+        return self.mod.from_dlpack
+
+    def import_capsule(self, capsule: Any, device: tuple[int, int], caps: Capabilities) -> Any:
+        """Hand a ready capsule to the consumer: bare where it takes raw capsules (cheapest; the
+        handshake is already done), else wrapped in a single-use ``Carrier``."""
+        if caps.raw_capsules:
+            return self.from_dlpack()(capsule)
+        return self.from_dlpack()(Carrier(capsule, device))
 
     def view(self, arr: Any, dtype: str) -> Any:
         """Zero-copy reinterpretation as ``dtype`` (same itemsize)."""

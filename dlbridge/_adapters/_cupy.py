@@ -19,9 +19,6 @@ class CupyAdapter(Adapter):
             ptr = cuda.get_current_stream().ptr
         return ptr or 1  # 0 is the legacy default stream, spelled 1 in DLPack
 
-    def import_capsule(self, capsule: Any, device: tuple[int, int]) -> Any:
-        return self.mod.from_dlpack(capsule)
-
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(numpy_dtype(dtype))
 

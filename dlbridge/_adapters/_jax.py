@@ -4,7 +4,7 @@ from functools import cached_property
 from typing import Any
 
 from .._capabilities import Capabilities
-from .._capsule import Carrier, device_name
+from .._capsule import device_name
 from ._base import Adapter
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
@@ -40,8 +40,8 @@ class JaxAdapter(Adapter):
         # What jax.dlpack.from_dlpack itself passes to the producer.
         return self._device(device).get_stream_for_external_ready_events()
 
-    def import_capsule(self, capsule: Any, device: tuple[int, int]) -> Any:
-        return self._dlpack.from_dlpack(Carrier(capsule, device))
+    def from_dlpack(self) -> Any:
+        return self._dlpack.from_dlpack
 
     def view(self, arr: Any, dtype: str) -> Any:
         # An XLA op (a copy): only used where no zero-copy path exists.

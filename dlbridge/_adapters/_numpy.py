@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._capsule import Carrier, relabel
+from .._capsule import relabel
 from .._dtypes import BY_NAME
 from ._base import Adapter, export_capsule
 
@@ -36,9 +36,6 @@ class NumpyAdapter(Adapter):
         capsule = export_capsule(obj.view(f"u{dtype.itemsize}"), stream=None, max_version=max_version)
         relabel(capsule, logical)
         return capsule
-
-    def import_capsule(self, capsule: Any, device: tuple[int, int]) -> Any:
-        return self.mod.from_dlpack(Carrier(capsule, device))
 
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(numpy_dtype(dtype))

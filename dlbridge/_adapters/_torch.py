@@ -28,9 +28,6 @@ class TorchAdapter(Adapter):
         ptr = self.mod.cuda.current_stream(device[1]).cuda_stream
         return ptr or 1  # 0 is the legacy default stream, spelled 1 in DLPack
 
-    def import_capsule(self, capsule: Any, device: tuple[int, int]) -> Any:
-        return self.mod.from_dlpack(capsule)
-
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(getattr(self.mod, dtype))
 

@@ -19,10 +19,12 @@ class Attempt:
     clean: bool = False  # the error is a DLBridgeError (an explained refusal)
     mode: str | None = None  # what the path did (MODES); native attempts say "native"
     zero_copy: bool | None = None
+    export_failed: bool = False  # the producer's own __dlpack__() raised: not the consumer's doing
 
     @classmethod
     def from_worker(cls, data: dict[str, Any]) -> Attempt:
-        return cls(data["status"], data.get("error"), bool(data.get("clean")), data.get("mode"), data.get("zero_copy"))
+        return cls(data["status"], data.get("error"), bool(data.get("clean")), data.get("mode"),
+                   data.get("zero_copy"), bool(data.get("export_failed")))  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {"result": self.status, "error": self.error, "mode": self.mode, "zero_copy": self.zero_copy}
@@ -63,8 +65,8 @@ class Cell:
 
     def disagreement(self) -> str | None:
         """How the probe contradicts the capability table's prediction, or None."""
-        if self.predicted is None:
-            return None
+        if self.predicted is None or self.native.export_failed:
+            return None  # the table describes consumers; a producer that cannot export says nothing
         seen = self.native.status
         if (self.predicted == "ok") == (seen == "ok") and (self.predicted == "crash") == (seen == "crash"):
             return None
@@ -89,6 +91,7 @@ class Cell:
             "native": n.status,
             "native_error": n.error,
             "native_zero_copy": n.zero_copy,
+            "native_export_failed": n.export_failed,
             "dlbridge": d.status,
             "dlbridge_error": d.error,
             "dlbridge_mode": d.mode,

@@ -69,10 +69,19 @@ def _native(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
     try:
         out = native_import(consumer, src)
     except Exception as err:
-        return {"status": "error", "error": _error(err), "clean": False}
+        return {"status": "error", "error": _error(err), "clean": False, "export_failed": _export_fails(src)}
     wrong = _check(consumer, out, ref, task["dtype"], ref.view("u1").reshape(-1))
     zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
     return {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": "native"}
+
+
+def _export_fails(src: Any) -> bool:
+    """Whether the producer itself refuses to export (so the failure is not the consumer's)."""
+    try:
+        src.__dlpack__()  # the unconsumed capsule is freed by its destructor
+    except Exception:
+        return True
+    return False
 
 
 def _planned(src: Any, consumer: str, fallback: Any) -> str:

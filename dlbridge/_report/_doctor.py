@@ -1,0 +1,111 @@
+"""``dlbridge doctor``: installed versions and the hazards the capability table knows for them.
+
+Fast on purpose: versions come from package metadata and hazards from the table, so no
+framework is imported and nothing is probed (``dlbridge report`` does that).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from importlib import metadata
+
+from .._capabilities import TABLE, capabilities
+from .._dtypes import FLOAT8
+from .._options import ENV_VAR, get_default_fallback
+from ._cases import BASE_DTYPES, FRAMEWORKS
+
+__all__ = ["installed_versions", "hazards", "doctor_text"]
+
+_DISPLAY = {"torch": "PyTorch", "cupy": "CuPy", "jax": "JAX", "numpy": "NumPy"}
+# Distributions that provide a framework's module under another name (CuPy ships per CUDA version).
+_DISTS = {"jax": ("jax",), "jaxlib": ("jaxlib",), "ml_dtypes": ("ml_dtypes", "ml-dtypes")}
+
+
+def _dist_version(module: str) -> str | None:
+    if importlib.util.find_spec(module) is None:
+        return None
+    for name in _DISTS.get(module, (module,)):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    for name in metadata.packages_distributions().get(module, ()):  # e.g. cupy-cuda12x
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return "unknown version"
+
+
+def installed_versions() -> dict[str, str | None]:
+    """Version of each framework, jaxlib, ml_dtypes and dlbridge; None when not installed."""
+    from .. import __version__
+
+    found: dict[str, str | None] = {name: _dist_version(name) for name in FRAMEWORKS}
+    found["jaxlib"] = _dist_version("jaxlib") if found["jax"] else None
+    found["ml_dtypes"] = _dist_version("ml_dtypes")
+    found["dlbridge"] = __version__
+    return found
+
+
+def _source(consumer: str, what: str) -> str:
+    return next((r.source for r in TABLE if r.consumer == consumer and r.what == what), "")
+
+
+def _names(dtypes: set[str]) -> str:
+    fp8 = sorted(d for d in dtypes if d in FLOAT8)
+    rest = sorted(d for d in dtypes if d not in FLOAT8)
+    return ", ".join(rest + ([f"fp8 ({', '.join(n.removeprefix('float8_') for n in fp8)})"] if fp8 else []))
+
+
+def hazards(versions: dict[str, str | None]) -> list[str]:
+    """One line per known hazard of the installed versions, read off the capability table."""
+    out: list[str] = []
+    for name in FRAMEWORKS:
+        version = versions.get(name)
+        if version is None:
+            continue
+        caps = capabilities(name, version)
+        who = f"{_DISPLAY[name]} {version}"
+        if caps.crashes_on_reject:
+            out.append(f"{who} crashes the process on a capsule it rejects (bf16, fp8, lanes != 1; "
+                       f"{_source(name, 'crashes_on_reject')}); dlbridge never hands it one.")  # fmt: skip
+        unheld = {d for d in BASE_DTYPES if d not in caps.holds}
+        reinterpreted = caps.holds - caps.imports
+        if reinterpreted:
+            out.append(f"{who} cannot import {_names(set(reinterpreted))} through DLPack; "
+                       "dlbridge imports the bits as unsigned integers and views them as the true dtype (zero-copy).")  # fmt: skip
+        if unheld:
+            extra = " (pip install ml_dtypes would add bf16/fp8)" if name == "numpy" and not versions.get("ml_dtypes") else ""
+            out.append(f"{who} cannot hold {_names(unheld)}{extra}: dlbridge raises UnsupportedDtypeError; "
+                       'fallback="view" gives a zero-copy unsigned-integer view instead.')  # fmt: skip
+        if not caps.negative_strides and not caps.compact_only:
+            # The table has no negative_strides row for it; see the comment in _capabilities.TABLE.
+            out.append(f"{who} cannot import negative strides safely (torch 2.13 was seen aborting the process on NumPy's "
+                       "a[::-1]); dlbridge hands it a dense copy instead.")  # fmt: skip
+        if caps.compact_only:
+            out.append(f"{who} refuses non-compact strides (transposed or sliced views); dlbridge makes a dense copy "
+                       "(copy=False raises LayoutError).")  # fmt: skip
+        if not caps.readonly_arrays:
+            legacy = "" if caps.versioned_capsules else " and reads only legacy capsules, which cannot say so"
+            out.append(f"{who} has no read-only arrays{legacy}: dlbridge refuses read-only sources (ReadOnlyError) "
+                       "unless copy=True.")  # fmt: skip
+        if name == "jax" and os.environ.get("JAX_ENABLE_X64", "").lower() not in ("1", "true", "yes"):
+            out.append(f"{who} runs without 64-bit types (JAX_ENABLE_X64 unset): it narrows int64/float64/complex128 "
+                       "to 32 bits on import; dlbridge refuses them instead of narrowing.")  # fmt: skip
+    return out
+
+
+def doctor_text() -> str:
+    versions = installed_versions()
+    width = max(len(k) for k in versions)
+    lines = ["dlbridge doctor: installed versions (package metadata; nothing imported)"]
+    lines += [f"  {k:<{width}}  {v or 'not installed'}" for k, v in versions.items()]
+    found = hazards(versions)
+    lines += ["", f"hazards known to the capability table ({len(found)}):"]
+    lines += [f"  - {h}" for h in found] or ["  none"]
+    env = os.environ.get(ENV_VAR)
+    lines += ["", f'default fallback: "{get_default_fallback()}"' + (f" (${ENV_VAR}={env})" if env else ""),
+              "run `dlbridge report` to probe the installed stack in isolated processes."]  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,102 @@
+"""The capability table: well-formed, and right about the CPU frameworks installed here.
+
+The native checks run in a child process: the table exists because consumers sometimes die
+on capsules they reject.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dlbridge._capabilities import FEATURES, TABLE, capabilities, parse_version
+from dlbridge._dtypes import BY_NAME
+from tests.conftest import need, run_child
+
+
+def test_every_row_has_a_source_and_a_known_kind() -> None:
+    for row in TABLE:
+        assert row.source.strip(), row
+        assert row.what in ("imports", "holds", *FEATURES), row
+        assert all(d in BY_NAME for d in row.dtypes), row
+        if row.since and row.until:
+            assert parse_version(row.since) < parse_version(row.until), row
+
+
+def test_version_ranges() -> None:
+    assert capabilities("cupy", "13.3.0").crashes_on_reject
+    assert not capabilities("cupy", "13.4.0").crashes_on_reject
+    assert "bfloat16" not in capabilities("cupy", "13.6.0").holds
+    assert not capabilities("torch", "2.8.0").versioned_capsules
+    assert capabilities("torch", "2.13.0+cpu").versioned_capsules
+    fp8_old = capabilities("torch", "2.5.1")
+    assert "float8_e4m3fn" in fp8_old.holds and "float8_e4m3fn" not in fp8_old.imports
+    assert parse_version("2.13.0+cpu") == (2, 13, 0) and parse_version("0.10.2.dev1") == (0, 10, 2)
+
+
+def test_cupy_13_3_never_receives_a_dtype_it_would_crash_on() -> None:
+    """The plan for a crash-prone consumer only ever puts imported dtypes on the wire."""
+    from dlbridge._capsule import DLPackInfo
+    from dlbridge._convert import plan_for
+    from dlbridge._errors import UnsupportedDtypeError
+
+    caps = capabilities("cupy", "13.3.0")
+    for name, d in BY_NAME.items():
+        info = DLPackInfo(name, d.code, d.bits, d.lanes, "cuda", 0, (2,), None, 0, 1 << 20, False, False, None, "torch", 0, 2)
+        for fallback in ("raise", "view", "upcast"):
+            try:
+                plan = plan_for(info, caps, fallback)  # type: ignore[arg-type]
+            except UnsupportedDtypeError:
+                continue
+            assert plan.wire in caps.imports, (name, fallback, plan)
+
+
+PROBE = """
+import json, warnings
+warnings.simplefilter("ignore")
+import numpy as np, ml_dtypes, jax, jax.numpy as jnp, torch
+from dlbridge._dtypes import BY_NAME
+names = [n for n in BY_NAME if n != "float4_e2m1fn_x2" and n not in ("float6_e2m3fn", "float6_e3m2fn")]
+importers = {"torch": torch.from_dlpack, "jax": jnp.from_dlpack, "numpy": np.from_dlpack}
+seen = {}
+for name in names:
+    dt = getattr(jnp, name, None) if name != "bool" else jnp.bool_
+    if dt is None:
+        continue
+    try:
+        src = jnp.zeros((4,), dtype=dt)
+    except Exception:
+        continue
+    if str(src.dtype) != name and not (name == "bool" and src.dtype == jnp.bool_):
+        continue  # narrowed (64-bit types without x64)
+    for consumer, imp in importers.items():
+        try:
+            imp(src)
+            seen.setdefault(consumer, []).append(name)
+        except Exception:
+            pass
+print(json.dumps({"seen": seen, "versions": {"torch": torch.__version__, "jax": jax.__version__, "numpy": np.__version__}}))
+"""
+
+
+def test_table_imports_match_native_from_dlpack_here() -> None:
+    for module in ("torch", "jax", "numpy", "ml_dtypes"):
+        need(module)
+    proc = run_child(PROBE)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for consumer, imported in result["seen"].items():
+        caps = capabilities(consumer, result["versions"][consumer])
+        tried = set(imported) | {n for n in caps.imports if n in BY_NAME}
+        predicted = {n for n in tried if n in caps.imports}
+        # Everything the table says the consumer imports, it did import (from JAX sources);
+        # everything it imported is in the table.
+        jax_made = set().union(*result["seen"].values())
+        assert predicted & jax_made == set(imported), (consumer, sorted(predicted & jax_made ^ set(imported)))
+
+
+@pytest.mark.parametrize("consumer", ["torch", "cupy", "jax", "numpy"])
+def test_every_consumer_has_rows(consumer: str) -> None:
+    caps = capabilities(consumer, "99.0")
+    assert "float32" in caps.imports
