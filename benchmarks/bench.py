@@ -374,7 +374,7 @@ def _child(code: str) -> list[str]:
     return out.stdout.split()
 
 
-def import_figures(runs: int) -> dict[str, Any]:
+def import_figures(runs: int, targets: tuple[str, ...] = CPU_FRAMEWORKS) -> dict[str, Any]:
     times, loaded = [], set()
     for _ in range(runs):
         ms, *mods = _child(_IMPORT_DLBRIDGE)
@@ -386,7 +386,7 @@ def import_figures(runs: int) -> dict[str, Any]:
         "frameworks_loaded_by_import": sorted(loaded),
         "first_call": {},
     }
-    for target in CPU_FRAMEWORKS:
+    for target in targets:
         if _available(target):
             continue
         first, second, had = _child(_FIRST_CALL.format(setup=_SOURCES[target], target=target))
@@ -462,7 +462,13 @@ def main(argv: list[str] | None = None) -> int:
                         "contains one of the comma-separated TEXTs")  # fmt: skip
     parser.add_argument("--rounds", type=int, help="interleaved rounds per row (default 21, --quick 3)")
     parser.add_argument("--no-import", action="store_true", help="skip the fresh-interpreter import section")
+    parser.add_argument("--first-call", metavar="NAME[,NAME]", help="targets whose first conversion is timed in a "
+                        f"fresh interpreter (default: {','.join(CPU_FRAMEWORKS)}; --quick: numpy)")  # fmt: skip
     args = parser.parse_args(argv)
+    first = args.first_call or ("numpy" if args.quick else ",".join(CPU_FRAMEWORKS))
+    unknown = set(first.split(",")) - set(CPU_FRAMEWORKS)
+    if unknown:
+        parser.error(f"--first-call: unknown {', '.join(sorted(unknown))}; expected {', '.join(CPU_FRAMEWORKS)}")
     rounds = args.rounds or (3 if args.quick else 21)
     budget_ms = 2.0 if args.quick else 10.0
 
@@ -471,11 +477,12 @@ def main(argv: list[str] | None = None) -> int:
     print("versions: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     print(f"{rounds} interleaved rounds per row, ~{budget_ms:g} ms per batch; figures are medians\n")
 
-    cuda_why = {name: cuda_reason(name) for name in GPU_FRAMEWORKS}
     rows = cpu_rows(args.quick) + gpu_rows(args.quick)
     if args.only:
         wanted = [w for w in args.only.split(",") if w]
         rows = [r for r in rows if any(w in f"{r.producer}->{r.consumer} {r.dtype} {r.device}" for w in wanted)]
+    on_gpu = {name for r in rows if r.device == "cuda" for name in (r.producer, r.consumer)}
+    cuda_why = {name: cuda_reason(name) for name in GPU_FRAMEWORKS if name in on_gpu}
     print(HEADER)
     skipped_pairs: set[tuple[str, str]] = set()
     for row in rows:
@@ -494,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
 
     figures: dict[str, Any] = {}
     if not args.no_import:
-        figures = import_figures(3 if args.quick else 11)
+        figures = import_figures(3 if args.quick else 11, tuple(first.split(",")))
         ms = figures["import_dlbridge_ms"]
         mark = "met" if ms <= TARGET_IMPORT_MS else "MISSED"
         print(f"\nimport dlbridge (fresh interpreter, median of {len(figures['import_dlbridge_runs_ms'])}): "

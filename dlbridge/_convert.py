@@ -8,6 +8,7 @@ DLPack producer is covered. A capsule the target would reject is never handed to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from . import _logical
@@ -51,7 +52,7 @@ def inspect(x: Any) -> DLPackInfo:
     # stream=-1: no synchronisation, nothing reads the data.
     stream = -1 if device[0] in (2, 10) else None
     capsule = _export(x, source, stream, MAX_VERSION)
-    return read(capsule, producer_name(x))
+    return _check_device(read(capsule, producer_name(x)), device)
 
 
 # --- decisions ------------------------------------------------------------------------------
@@ -61,7 +62,7 @@ def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: An
     """Decide how ``info`` reaches a consumer with ``caps``; raises UnsupportedDtypeError."""
     logical = _logical_dtype(info, dtype)
     if logical in caps.imports:
-        return Plan("native", logical, logical)
+        return _native_plan(logical)
     width = BY_NAME[logical].width if logical in BY_NAME else info.bits * info.lanes
     uint = unsigned_of_width(width) if info.lanes == 1 or logical in BY_NAME else None
     if logical in caps.holds and uint in caps.imports:
@@ -71,6 +72,11 @@ def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: An
     if fallback == "upcast" and uint in caps.imports and _upcastable(logical):
         return Plan("upcast", logical, uint)
     raise UnsupportedDtypeError(_unsupported_message(info, caps, logical, fallback, uint, target))
+
+
+@lru_cache(maxsize=None)  # Plans are frozen: one per dtype name (consumer-imported names only)
+def _native_plan(logical: str) -> Plan:
+    return Plan("native", logical, logical)
 
 
 def _upcastable(logical: str) -> bool:
@@ -155,12 +161,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
     caps = target.capabilities()
     wire_stream = _stream_for(stream, target, src_dev)
     capsule = _export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy)
-    info = read(capsule, producer_name(x))
-    if info.device != src_dev:
-        raise CapsuleError(
-            f"{info.producer}.__dlpack__ returned a capsule on {info.device_type}:{info.device_id} but "
-            f"__dlpack_device__ said {device_name(src_dev[0])}:{src_dev[1]}"
-        )
+    info = _check_device(read(capsule, source.name if source is not None else producer_name(x)), src_dev)
     if _needs_layout_copy(info, caps):
         if copy is False:
             raise LayoutError(_layout_message(info, caps, target))
@@ -187,6 +188,12 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
 def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback,
             dtype: Any, copy: bool | None) -> Any:  # fmt: skip
     plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
+    if info.versioned and not caps.versioned_capsules:
+        raise CapsuleError(
+            f"to_{target.name}(): {caps.consumer} {caps.version} reads only legacy 'dltensor' capsules, and "
+            f"{info.describe()} came as 'dltensor_versioned' (a raw capsule, or a producer that ignored "
+            "max_version=None); pass the array itself, from a producer that can export a legacy capsule"
+        )
     if info.readonly and not caps.readonly_arrays:
         if copy is not True:
             raise ReadOnlyError(
@@ -228,9 +235,22 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
 
 
 def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
+    strides = info.strides
+    if strides is None or strides == _c_strides(info.shape):
+        return False  # dense C order (the common case): no negative strides, compact
     if info.has_negative_strides() and not caps.negative_strides:
         return True
     return caps.compact_only and not info.is_compact()
+
+
+@lru_cache(maxsize=256)
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of ``shape`` (cached: shapes repeat)."""
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
 
 
 def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter) -> str:
@@ -263,6 +283,15 @@ def _device_of(x: Any) -> tuple[int, int]:
         raise CapsuleError(f"{type(x).__name__}.__dlpack_device__() failed: {type(err).__name__}: {err}") from err
 
 
+def _check_device(info: DLPackInfo, claimed: tuple[int, int]) -> DLPackInfo:
+    if info.device != claimed:
+        raise CapsuleError(
+            f"{info.producer}.__dlpack__ returned a capsule on {info.device_type}:{info.device_id} but "
+            f"__dlpack_device__ said {device_name(claimed[0])}:{claimed[1]}"
+        )
+    return info
+
+
 def _parse_device(device: Any, default: tuple[int, int]) -> tuple[int, int]:
     """Accepts "cpu", "cuda", "cuda:1", (type, id), torch/jax/cupy device objects."""
     if device is None:
@@ -290,7 +319,13 @@ def _stream_for(stream: int | None, target: Adapter, device: tuple[int, int]) ->
             raise OptionError(f"stream={stream!r} on {device_name(device[0])}: only stream=None is valid off the GPU")
         return None
     if stream is None:
-        return target.current_stream(device)
+        try:
+            return target.current_stream(device)
+        except Exception as err:  # e.g. a CPU-only build asked about a CUDA source
+            raise DeviceMismatchError(
+                f"to_{target.name}(): the source says it is on {device_name(device[0])}:{device[1]}, which "
+                f"{target.name} cannot use in this process ({type(err).__name__}: {err})"
+            ) from err
     if stream == 0 and device[0] == 2:
         raise OptionError("stream=0 is ambiguous in DLPack on CUDA; pass 1 for the legacy default stream")
     return stream

@@ -59,7 +59,7 @@ STANDARD = frozenset(n for n, d in BY_NAME.items() if d.code in (0, 1, 2, 5, 6))
 
 def dtype_name(code: int, bits: int, lanes: int = 1) -> str:
     """Name of a DLPack dtype; unknown combinations get a descriptive name, never an error."""
-    name = _BY_TRIPLE.get(DType(code, bits, lanes))
+    name = _BY_TRIPLE.get((code, bits, lanes))  # type: ignore[call-overload]  # a DType hashes as its tuple
     if name is not None:
         return name
     base = _BY_TRIPLE.get(DType(code, bits, 1))

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import functools
 import inspect as _inspect
-from collections.abc import Callable, Sequence
 import re
+from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from ._adapters import Adapter, adapter_for, adapter_named
 from ._capsule import device_name
 from ._convert import _convert, inspect, plan_for
 from ._dtypes import DType, dtype_name, lookup
-from ._errors import DeviceMismatchError, DLBridgeError, NotAnArrayError, OptionError
+from ._errors import DeviceMismatchError, DLBridgeError, NotAnArrayError, OptionError, ReadOnlyError
 from ._options import NOT_GIVEN, Fallback, check_fallback, resolve_fallback
 
 _P = ParamSpec("_P")
@@ -90,7 +90,7 @@ def guard(to: Any, /, *, args: Sequence[str | int] | None = None, returns: Any =
 
         return wrapper
 
-    return decorate  # type: ignore[return-value]
+    return decorate
 
 
 class _Spec:
@@ -110,7 +110,8 @@ class _Spec:
         self.keep_native = device is None and copy is not True
         # Where results go back: only a conversion that may have moved data needs the source device.
         self.track_device = back is NOT_GIVEN and (device is not None or copy is True or target.device_codes != {1})
-        self.name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+        self.name = name.rpartition("<locals>.")[2]  # "Model.forward", not "make.<locals>.Model.forward"
         try:
             params = list(_inspect.signature(fn).parameters.values())
         except (TypeError, ValueError):  # builtins without a signature: positions only
@@ -176,7 +177,7 @@ class _Spec:
             back = state.first_adapter
             if back is None:  # no array argument, or one from a framework dlbridge cannot make
                 return result
-        return state.results(result, back)
+        return state.result(result, back, ("result",))
 
     # --- naming arguments for messages -----------------------------------------------------
 
@@ -195,7 +196,7 @@ class _Spec:
 class _Call:
     """The state of one guarded call: fallback, first array argument, views made."""
 
-    __slots__ = ("fb", "first_adapter", "first_device", "spec", "views")
+    __slots__ = ("fb", "first_adapter", "first_device", "given", "spec", "views")
 
     def __init__(self, spec: _Spec) -> None:
         self.spec = spec
@@ -203,6 +204,7 @@ class _Call:
         self.first_adapter: Adapter | None = None
         self.first_device: tuple[int, int] | None = None
         self.views: dict[DType, tuple[str, str]] = {}  # wire dtype -> (logical dtype, argument label)
+        self.given: dict[int, tuple[Any, Any]] = {}  # id(converted) -> (converted, original)
 
     def all_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         __tracebackhide__ = True
@@ -277,6 +279,7 @@ class _Call:
             raise _in_context(err, spec, where, x) from err.__cause__
         if fb == "view":
             self.note_view(x, new, where)
+        self.given[id(new)] = (new, x)
         return new
 
     def note_view(self, x: Any, new: Any, where: tuple[Any, ...]) -> None:
@@ -288,7 +291,9 @@ class _Call:
             self.views.setdefault(wire, (dtype_name(*logical), self.spec.label(where)))
 
     def view_note(self) -> str:
-        seen = ", ".join(f"{arg} as a {dtype_name(*wire)} view of {logical}" for wire, (logical, arg) in self.views.items())
+        seen = ", ".join(
+            f"{arg} as a {dtype_name(*wire)} view of {logical}" for wire, (logical, arg) in self.views.items()
+        )
         return f'dlbridge.guard({self.spec.to_label!r}, fallback="view"): {self.spec.name}() received {seen}'
 
     def check(self, x: Any, where: tuple[Any, ...]) -> None:
@@ -301,7 +306,7 @@ class _Call:
             raise DeviceMismatchError(
                 f"{_head(spec, where)}: received {_describe(x)}; {spec.target.name} arrays live on "
                 f"{' or '.join(where_ok)}, and convert=False moves nothing. Pass the argument on "
-                f"{where_ok[0]}, or drop convert=False and pass device=\"{where_ok[0]}\" to the guard"
+                f'{where_ok[0]}, or drop convert=False and pass device="{where_ok[0]}" to the guard'
             )
         try:
             plan_for(inspect(x), spec.target.capabilities(), "raise", None, spec.target.name)
@@ -310,10 +315,6 @@ class _Call:
             raise _in_context(err, spec, where, x, hint if "fallback=" in str(err) else "") from None
 
     # --- results -----------------------------------------------------------------------------
-
-    def results(self, result: Any, back: Adapter) -> Any:
-        __tracebackhide__ = True
-        return self.result(result, back, ("result",))
 
     def result(self, value: Any, back: Adapter, where: tuple[Any, ...]) -> Any:
         __tracebackhide__ = True
@@ -327,6 +328,13 @@ class _Call:
     def result_array(self, r: Any, back: Adapter, where: tuple[Any, ...]) -> Any:
         __tracebackhide__ = True
         spec = self.spec
+        given = self.given.get(id(r))
+        if given is not None and given[0] is r and _same_memory(r, given[1]):
+            # The body returned an argument it was handed, zero-copy: give back what the caller
+            # passed (its own object, true dtype and all), or convert that instead of the view.
+            if adapter_for(given[1]) is back:
+                return given[1]
+            r = given[1]
         dtype = None
         if self.views:
             wire = lookup(getattr(r, "dtype", None))
@@ -337,7 +345,12 @@ class _Call:
             return r  # already where it belongs
         fb = self.fb if self.fb is not None else resolve_fallback(spec.fallback)
         try:
-            return _convert(r, back, fb, dtype, device, None, None)
+            try:
+                return _convert(r, back, fb, dtype, device, None, None)
+            except ReadOnlyError:
+                # A read-only result (a NumPy view of a JAX array, say) that the caller's framework
+                # cannot share: results need only their values, so let the producer copy it.
+                return _convert(r, back, fb, dtype, device, True, None)
         except DLBridgeError as err:
             raise _in_context(err, spec, where, r, returned=True) from err.__cause__
 
@@ -354,6 +367,17 @@ def _map(value: Any, convert: Callable[[Any, Any], Any]) -> Any:
     if isinstance(value, list):
         return out
     return type(value)(*out) if hasattr(type(value), "_fields") else tuple(out)
+
+
+def _same_memory(a: Any, b: Any) -> bool:
+    """Whether two arrays of known frameworks start at the same address (no copy between them)."""
+    da, db = adapter_for(a), adapter_for(b)
+    if da is None or db is None:
+        return False
+    try:
+        return da.data_ptr(a) == db.data_ptr(b)
+    except Exception:
+        return False
 
 
 def _device(x: Any) -> tuple[int, int]:

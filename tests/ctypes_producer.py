@@ -31,6 +31,7 @@ DTYPES: dict[str, tuple[int, int, int]] = {
     "float8_e4m3fn": (10, 8, 1), "float8_e5m2": (12, 8, 1),
 }  # fmt: skip
 
+FLAG_READ_ONLY, FLAG_IS_COPIED = 1 << 0, 1 << 1
 ALIGN = 64  # JAX copies CPU buffers that are not 64-byte aligned instead of sharing them
 
 
@@ -189,6 +190,7 @@ class CtypesArray:
         self.exports = 0
         self.deleter_calls = 0
         self.calls: list[dict[str, Any]] = []  # the keywords each __dlpack__ call got
+        self.copies: list[CtypesArray] = []  # made for copy=True exports (their counters are theirs)
 
     # --- construction ------------------------------------------------------------------
     @classmethod
@@ -244,13 +246,25 @@ class CtypesArray:
         self.calls.append(kwargs)
         if self.single_use and self.exports:
             raise BufferError("this producer exports once")
-        if kwargs.get("dl_device") not in (None, self.fields.device) or kwargs.get("copy"):
-            raise BufferError("CtypesArray cannot copy or move its memory")
+        dl_device = kwargs.get("dl_device")
+        if dl_device is not None and tuple(dl_device) != self.fields.device:
+            raise BufferError(f"CtypesArray cannot move its memory to device {tuple(dl_device)}")
         max_version = kwargs.get("max_version")
         versioned = self.fields.versioned
         if versioned is None:
             versioned = max_version is not None and tuple(max_version) >= (1, 0)
+        if kwargs.get("copy"):
+            return self._copy().capsule(versioned)
+        if self.fields.flags & FLAG_READ_ONLY and not versioned:
+            raise BufferError("cannot export read-only memory as a legacy capsule, which cannot say so")
         return self.capsule(versioned)
+
+    def _copy(self) -> CtypesArray:
+        """A writable copy (same layout), owned by the capsule it is exported through."""
+        twin = CtypesArray(self.nbytes, replace(self.fields, flags=FLAG_IS_COPIED))
+        ctypes.memmove(twin.base, self.base, self.nbytes)
+        self.copies.append(twin)
+        return twin
 
     def capsule(self, versioned: bool = False) -> Any:
         """A new capsule over this array's memory, with the current fields."""

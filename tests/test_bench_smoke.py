@@ -53,6 +53,7 @@ def test_quick_run_parses(tmp_path: Path) -> None:
     # CUDA rows exist; without CUDA they are skipped with the reason, and say so on stdout.
     cuda_rows = [r for r in data["rows"] if r["device"] == "cuda"]
     assert cuda_rows
+    assert set(data["cuda"]) == {"torch", "cupy"}  # only the frameworks of the rows asked for
     if data["cuda"]["torch"] != "available" or data["cuda"]["cupy"] != "available":
         assert all(r["skipped"] for r in cuda_rows)
         assert "torch->cupy     cuda (all dtypes, sizes) skipped:" in stdout
@@ -66,11 +67,13 @@ def test_import_section_parses(tmp_path: Path) -> None:
     assert imports["import_dlbridge_ms"] > 0
     assert imports["frameworks_loaded_by_import"] == []
     assert "import dlbridge (fresh interpreter" in stdout
-    for target, fig in imports["first_call"].items():
-        assert fig["first_ms"] > 0 and fig["second_us"] > 0, (target, fig)
+    assert set(imports["first_call"]) == {"numpy"}  # --quick times only the cheap one
+    fig = imports["first_call"]["numpy"]
+    assert fig["first_ms"] > 0 and fig["second_us"] > 0 and fig["import_alone_ms"] > 0, fig
+    assert "first to_numpy():" in stdout
 
 
-@pytest.mark.parametrize("bad", [["--rounds", "x"], ["--nope"]])
+@pytest.mark.parametrize("bad", [["--rounds", "x"], ["--nope"], ["--first-call", "tensorflow"]])
 def test_bad_arguments_exit_nonzero(bad: list[str]) -> None:
     proc = subprocess.run([sys.executable, str(BENCH), *bad], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage:" in proc.stderr

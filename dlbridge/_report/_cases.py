@@ -27,6 +27,7 @@ BASE_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
 EXTRA_FP8 = tuple(n for n in BY_NAME if n in FLOAT8 and n not in BASE_DTYPES)
 CANDIDATE_DTYPES = BASE_DTYPES + EXTRA_FP8
 _SHAPE = (4, 6)
+_ALIGN = 64
 
 
 def installed_frameworks() -> list[str]:
@@ -84,18 +85,33 @@ def _raw(ref: Any) -> Any:
     return ref.view(f"u{ref.dtype.itemsize}") if ref.dtype.type.__module__ == "ml_dtypes" else ref
 
 
+def _aligned_copy(a: Any) -> Any:
+    """A copy of ``a`` at a 64-byte aligned address.
+
+    JAX copies CPU buffers that are not aligned the way XLA wants; NumPy's own allocations
+    are only 16-byte aligned, so without this the zero-copy column would depend on chance.
+    """
+    import numpy as np
+
+    buf = np.empty(a.nbytes + _ALIGN, dtype=np.uint8)
+    start = -buf.ctypes.data % _ALIGN
+    out = buf[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
 def make_source(framework: str, device: str, dtype: str) -> Any:
     """The source array for one cell; raises (any exception) when the framework cannot make it."""
     ref = reference(dtype)
     if framework == "numpy":
-        return ref.copy()  # bf16/fp8: an ml_dtypes array (the "numpy with ml_dtypes" producer)
+        return _aligned_copy(ref)  # bf16/fp8: an ml_dtypes array (the "numpy with ml_dtypes" producer)
     if framework == "torch":
         import torch
 
         target = getattr(torch, dtype, None)
         if not isinstance(target, torch.dtype):
             raise TypeError(f"torch has no {dtype}")
-        t = torch.from_numpy(_raw(ref).copy())
+        t = torch.from_numpy(_aligned_copy(_raw(ref)))
         t = t.view(target) if t.dtype != target else t
         return t.to("cuda") if device == "cuda" else t
     if framework == "jax":

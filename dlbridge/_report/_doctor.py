@@ -77,7 +77,11 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
             out.append(f"{who} cannot import {_names(set(reinterpreted))} through DLPack; "
                        "dlbridge imports the bits as unsigned integers and views them as the true dtype (zero-copy).")  # fmt: skip
         if unheld:
-            extra = " (pip install ml_dtypes would add bf16/fp8)" if name == "numpy" and not versions.get("ml_dtypes") else ""
+            extra = (
+                " (pip install ml_dtypes would add bf16/fp8)"
+                if name == "numpy" and not versions.get("ml_dtypes")
+                else ""
+            )
             out.append(f"{who} cannot hold {_names(unheld)}{extra}: dlbridge raises UnsupportedDtypeError; "
                        'fallback="view" gives a zero-copy unsigned-integer view instead.')  # fmt: skip
         if not caps.negative_strides and not caps.compact_only:

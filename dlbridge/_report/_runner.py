@@ -7,6 +7,7 @@ signal) and a fresh worker carries on from the next task. The parent never impor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -36,7 +37,7 @@ class _Worker:
     """One child process speaking the JSON-lines protocol of ``_worker``."""
 
     def __init__(self, config: dict[str, Any], env: dict[str, str]) -> None:
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dlbridge._report._worker", json.dumps(config)],
             stdin=subprocess.PIPE,
@@ -94,15 +95,12 @@ class _Worker:
         self.proc.wait()
 
     def close(self) -> None:
-        if self.proc.poll() is None and self.proc.stdin is not None:
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
+        # Workers hold nothing worth a graceful exit, and one may still be importing torch.
         self.kill()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):  # stdin of a killed process: flushing may hit a broken pipe
+                    pipe.close()
         self._stderr.close()
 
 
@@ -117,6 +115,8 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     # The report shows dlbridge's own default, not this shell's choice.
     env.pop("DLBRIDGE_FALLBACK", None)
+    # Several workers share one GPU: JAX must not grab 75% of its memory in each of them.
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     root = str(Path(__file__).resolve().parents[2])  # the directory holding the dlbridge package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
@@ -157,8 +157,14 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
         hello = _wait_hello(first)
         cells, not_made, dtypes = _cells(hello, frameworks, dtypes)
         tasks = deque(
-            {"id": i * len(ATTEMPTS) + j, "producer": c.producer, "device": c.producer_device,
-             "consumer": c.consumer, "dtype": c.dtype, "attempt": a}  # fmt: skip
+            {
+                "id": i * len(ATTEMPTS) + j,
+                "producer": c.producer,
+                "device": c.producer_device,
+                "consumer": c.consumer,
+                "dtype": c.dtype,
+                "attempt": a,
+            }
             for i, c in enumerate(cells)
             for j, a in enumerate(ATTEMPTS)
         )
@@ -175,7 +181,8 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
     meta = _meta(hello, command, jobs, time.monotonic() - started, frameworks, devices, dtypes)
     meta["partial"] = interrupted
     meta["cells_planned"], meta["cells_done"] = len(cells), len(done)
-    return Report(meta, hello["versions"], done, not_made, hello["caps"])
+    versions = {**hello["versions"], "dlbridge": meta["dlbridge"], "python": meta["python"]}
+    return Report(meta, versions, done, not_made, hello["caps"])
 
 
 def _wait_hello(worker: _Worker) -> dict[str, Any]:
@@ -219,21 +226,28 @@ def _drive(workers: list[_Worker], tasks: deque[dict[str, Any]], cells: list[Cel
     try:
         while True:
             for w in workers:
-                if w.task is None and tasks:
+                if w.hello is not None and w.task is None and tasks:  # only workers done importing
                     w.send(tasks.popleft())
-            busy = [w for w in workers if w.task is not None]
-            if not busy:
+            if not tasks and all(w.task is None for w in workers):
                 return
             for key, _ in sel.select(timeout=0.5):
                 w = key.data
                 lines = w.read()
                 if lines is None:  # the worker died: its task crashed it
+                    if w.hello is None:
+                        raise RuntimeError(f"a report worker died while importing the frameworks: {w.death()}")
                     if w.task is not None:
-                        record(w.task, Attempt("crash", w.death(), mode="native" if w.task["attempt"] == "native" else None))
+                        record(
+                            w.task,
+                            Attempt("crash", w.death(), mode="native" if w.task["attempt"] == "native" else None),
+                        )
                     replace(w)
                     continue
                 for line in lines:
-                    if "hello" in line or w.task is None:
+                    if "hello" in line:
+                        w.hello = line["hello"]
+                        continue
+                    if w.task is None:
                         continue
                     status = line["status"]
                     if status == "skip":  # the producer failed to make what it made at hello time
@@ -242,7 +256,7 @@ def _drive(workers: list[_Worker], tasks: deque[dict[str, Any]], cells: list[Cel
                     w.task = None
             now = time.monotonic()
             for w in [w for w in workers if w.task is not None and now - w.since > timeout]:
-                record(w.task, Attempt("crash", f"timeout: no answer in {timeout:.0f} s"))  # type: ignore[arg-type]
+                record(w.task, Attempt("crash", f"timeout (no answer in {timeout:.0f} s)"))  # type: ignore[arg-type]
                 w.kill()
                 replace(w)
     finally:

@@ -6,16 +6,19 @@ line. A crash kills only this process; the parent records it and starts a new wo
 next task. Nothing but protocol lines reaches the real stdout: C-level prints from the
 frameworks are sent to stderr.
 
-``$DLBRIDGE_REPORT_CRASH`` (comma-separated task keys, ``producer:device>consumer:dtype:attempt``)
-makes the worker abort on those tasks: the test suite uses it to prove crash recovery.
+``$DLBRIDGE_REPORT_CRASH`` (comma-separated ``producer:device>consumer:dtype:attempt``, each
+optionally ``=segv``, ``=hang`` or ``=hang:MARKER_PATH``) makes the worker abort, dereference NULL or hang on those
+tasks: the test suite uses it to prove crash recovery, timeouts and Ctrl-C.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -47,7 +50,7 @@ def task_key(task: dict[str, Any]) -> str:
 
 def _error(err: BaseException) -> str:
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    text = text if len(text) <= 240 else text[:237] + "..."
+    text = text if len(text) <= 400 else text[:397] + "..."
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
@@ -122,10 +125,24 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
     return {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": mode}
 
 
+def _injected_fault(key: str) -> None:
+    for entry in os.environ.get(CRASH_ENV, "").split(","):
+        target, _, action = entry.partition("=")
+        if target != key:
+            continue
+        if action.startswith("hang"):  # "hang:PATH" touches PATH first, so a test knows it got here
+            marker = action.partition(":")[2]
+            if marker:
+                open(marker, "w").close()
+            time.sleep(3600)
+        elif action == "segv":
+            ctypes.string_at(0)  # SIGSEGV
+        os.abort()  # SIGABRT
+
+
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
     """Run one attempt; every Python-level failure becomes data (a crash ends the process)."""
-    if task_key(task) in os.environ.get(CRASH_ENV, "").split(","):
-        os.abort()
+    _injected_fault(task_key(task))
     ref = reference(task["dtype"])
     try:
         src = make_source(task["producer"], task["device"], task["dtype"])
@@ -190,10 +207,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     for fw in config["frameworks"]:
         importlib.import_module(ADAPTERS[fw].module)
-    if config.get("hello"):
-        info = hello(config["frameworks"], config["devices"], config["dtypes"])
-    else:
-        info = {}
+    info = hello(config["frameworks"], config["devices"], config["dtypes"]) if config.get("hello") else {}
     protocol.write(json.dumps({"hello": info, "pid": os.getpid()}) + "\n")
     for line in sys.stdin:
         task = json.loads(line)

@@ -1,0 +1,219 @@
+"""`dlbridge report`: a real run on the CPU frameworks, crash recovery, the JSON schema, the matrix file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dlbridge._capabilities import CONSUMERS
+from dlbridge._cli import main
+from dlbridge._report._cases import installed_frameworks
+from dlbridge._report._markdown import parse
+from dlbridge._report._model import ATTEMPTS, MODES, RESULTS, Attempt, Cell
+from dlbridge._report._worker import CRASH_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU_FRAMEWORKS = [f for f in ("torch", "jax", "numpy") if f in installed_frameworks()]
+DTYPES = ["float32", "bfloat16", "float8_e4m3fn", "bool", "int64"]
+CELL_KEYS = {"producer", "producer_device", "consumer", "dtype", "native", "native_error", "dlbridge",
+             "dlbridge_mode", "zero_copy", "view"}  # fmt: skip
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[int, str, dict, str]:
+    out, js = tmp_path / "matrix.md", tmp_path / "matrix.json"
+    rc = main(["report", "--out", str(out), "--json", str(js), *args])
+    return rc, out.read_text(encoding="utf-8"), json.loads(js.read_text(encoding="utf-8")), str(out)
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
+    """The report CI runs: every installed CPU framework, a dtype subset, two workers (~5-10 s)."""
+    if "numpy" not in CPU_FRAMEWORKS:
+        pytest.skip("numpy is not installed")
+    tmp = tmp_path_factory.mktemp("report")
+    rc, md, data, _ = _run(tmp, "--frameworks", ",".join(CPU_FRAMEWORKS), "--dtypes", ",".join(DTYPES), "--jobs", "2")
+    return rc, md, data
+
+
+def _cell(data: dict, producer: str, consumer: str, dtype: str) -> dict:
+    found = [c for c in data["cells"] if (c["producer"], c["consumer"], c["dtype"]) == (producer, consumer, dtype)]
+    assert len(found) == 1, (producer, consumer, dtype, found)
+    return found[0]
+
+
+def test_cpu_run_succeeds_with_no_crash_and_no_dlbridge_failure(cpu_run):
+    rc, md, data = cpu_run
+    assert rc == 0
+    assert all(c["dlbridge"] in ("ok", "error") for c in data["cells"])
+    assert "**dlbridge failures** (crash" in md and "\n- none.\n" in md
+
+
+def test_json_schema(cpu_run):
+    _, _, data = cpu_run
+    assert set(data) >= {"versions", "meta", "cells", "not_made", "table_disagrees"}
+    assert set(data["versions"]) >= {*CPU_FRAMEWORKS, "ml_dtypes", "dlbridge", "python"}
+    for cell in data["cells"]:
+        assert set(cell) >= CELL_KEYS
+        assert cell["native"] in RESULTS and cell["dlbridge"] in RESULTS and cell["view"]["result"] in RESULTS
+        assert cell["dlbridge_mode"] in MODES
+        assert cell["zero_copy"] in (True, False, None)
+        assert (cell["native_error"] is None) == (cell["native"] == "ok")
+    # every producer x consumer x dtype the producers can make is there, exactly once
+    made = {(c["producer"], c["dtype"]) for c in data["cells"]}
+    keys = [(c["producer"], c["consumer"], c["dtype"]) for c in data["cells"]]
+    assert len(keys) == len(set(keys)) == len(made) * len(CPU_FRAMEWORKS)
+    assert {c["consumer"] for c in data["cells"]} == set(CPU_FRAMEWORKS)
+
+
+def test_known_cells_values_and_sharing(cpu_run):
+    _, _, data = cpu_run
+    # NumPy cannot import bf16 through DLPack (its own export of ml_dtypes arrays fails first);
+    # dlbridge reinterprets, sharing memory.
+    cell = _cell(data, "numpy", "numpy", "bfloat16")
+    assert cell["native"] == "error" and "BufferError" in cell["native_error"] and cell["native_export_failed"]
+    assert (cell["dlbridge"], cell["dlbridge_mode"], cell["zero_copy"]) == ("ok", "reinterpret", True)
+    assert (cell["view"]["result"], cell["view"]["mode"]) == ("ok", "reinterpret")
+    plain = _cell(data, "numpy", "numpy", "float32")
+    assert (plain["native"], plain["native_zero_copy"], plain["dlbridge_mode"], plain["zero_copy"]) == (
+        "ok",
+        True,
+        "native",
+        True,
+    )
+
+
+def test_known_cells_with_torch(cpu_run):
+    if "torch" not in CPU_FRAMEWORKS:
+        pytest.skip("torch is not installed")
+    _, md, data = cpu_run
+    cell = _cell(data, "torch", "numpy", "bfloat16")
+    assert cell["native"] == "error" and not cell["native_export_failed"]
+    assert (cell["dlbridge"], cell["dlbridge_mode"], cell["zero_copy"]) == ("ok", "reinterpret", True)
+    assert "| torch:cpu → numpy |" in md and "✗ RuntimeError → ✓ reinterpret" in md
+
+
+def test_jax_without_x64_narrows_int64_natively_and_dlbridge_refuses(cpu_run):
+    if "jax" not in CPU_FRAMEWORKS:
+        pytest.skip("jax is not installed")
+    _, _, data = cpu_run
+    # JAX (x64 off) cannot even make int64, so it is "not made", never probed as a producer ...
+    assert {"producer": "jax", "producer_device": "cpu", "dtype": "int64"}.items() <= next(
+        r for r in data["not_made"] if r["producer"] == "jax" and r["dtype"] == "int64"
+    ).items()
+    # ... and as a consumer it narrows to int32: a wrong result, which dlbridge refuses instead.
+    cell = _cell(data, "numpy", "jax", "int64")
+    assert cell["native"] == "wrong" and "int32" in cell["native_error"]
+    assert (cell["dlbridge"], cell["dlbridge_mode"]) == ("error", "raise")
+    assert cell["dlbridge_error"].startswith("UnsupportedDtypeError")
+
+
+def test_markdown_has_header_legend_tables_summary(cpu_run):
+    _, md, data = cpu_run
+    parsed = parse(md)
+    head = parsed["header"]
+    assert head["command"].startswith("`dlbridge report --out ") and "--dtypes" in head["command"]
+    assert head["dlbridge"] == data["versions"]["dlbridge"] and head["Python"] == data["versions"]["python"]
+    assert head["run"].startswith("CPU only") and "pending" in head["run"]
+    for section in ("## Legend", "## Producers on cpu", "## Summary", "## Table disagrees", "Fixed by dlbridge"):
+        assert section in md
+    rows = parsed["tables"]["cpu"]
+    assert len(rows) == len(CPU_FRAMEWORKS) ** 2
+    assert all(len(r["cells"]) == len(DTYPES) for r in rows)
+
+
+def test_crash_is_recorded_and_the_next_attempt_runs(tmp_path, monkeypatch):
+    # The native import of numpy->numpy bf16 aborts its worker; the dlbridge attempt of the same cell
+    # (the very next task) and every later cell still run, in a restarted worker.
+    monkeypatch.setenv(
+        CRASH_ENV, "numpy:cpu>numpy:bfloat16:native,numpy:cpu>numpy:float32:view=segv,numpy:cpu>numpy:bool:native=hang"
+    )
+    start = time.monotonic()
+    rc, md, data, _ = _run(tmp_path, "--frameworks", "numpy", "--dtypes", "float32,bfloat16,bool,uint16",
+                           "--jobs", "1", "--timeout", "3", "--strict")  # fmt: skip
+    assert time.monotonic() - start < 30
+    bf16 = _cell(data, "numpy", "numpy", "bfloat16")
+    assert (bf16["native"], bf16["native_error"]) == ("crash", "SIGABRT")
+    assert (bf16["dlbridge"], bf16["dlbridge_mode"]) == ("ok", "reinterpret")
+    f32 = _cell(data, "numpy", "numpy", "float32")
+    assert (f32["native"], f32["dlbridge"], f32["view"]["result"], f32["view"]["error"]) == (
+        "ok",
+        "ok",
+        "crash",
+        "SIGSEGV",
+    )
+    hung = _cell(data, "numpy", "numpy", "bool")
+    assert hung["native"] == "crash" and hung["native_error"].startswith("timeout")
+    assert _cell(data, "numpy", "numpy", "uint16")["native"] == "ok"
+    assert "💥 SIGABRT → ✓ reinterpret" in md
+    # an unpredicted crash is a table disagreement; the view crash a dlbridge failure: --strict fails
+    assert rc == 1
+    assert any("numpy bfloat16" in d["cell"] and "crashed" in d["why"] for d in data["table_disagrees"])
+
+
+def test_strict_passes_when_the_table_matches(tmp_path):
+    rc, _, data, _ = _run(tmp_path, "--frameworks", "numpy", "--dtypes", "float32,bfloat16", "--strict")
+    assert rc == 0 and data["table_disagrees"] == []
+
+
+def test_ctrl_c_writes_the_partial_report(tmp_path):
+    out, js, marker = tmp_path / "m.md", tmp_path / "m.json", tmp_path / "hung"
+    env = {**os.environ, CRASH_ENV: f"numpy:cpu>numpy:bool:native=hang:{marker}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlbridge", "report", "--frameworks", "numpy", "--dtypes", "float32,bool,uint16",
+         "--jobs", "1", "--out", str(out), "--json", str(js)],
+        env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the worker never reached the hanging cell"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert "partial report was written" in err
+    data = json.loads(js.read_text())
+    assert data["meta"]["partial"] and data["meta"]["cells_done"] < data["meta"]["cells_planned"]
+    assert [c["dtype"] for c in data["cells"]] == ["float32"]
+    assert "INTERRUPTED: 1 of 3 cells" in out.read_text()
+
+
+def test_disagreement_logic():
+    def cell(predicted: str, status: str, export_failed: bool = False) -> Cell:
+        c = Cell("numpy", "cpu", "torch", "bfloat16", predicted=predicted)
+        c.attempts = {
+            a: Attempt(status, None if status == "ok" else "E: x", export_failed=export_failed) for a in ATTEMPTS
+        }
+        return c
+
+    assert cell("ok", "ok").disagreement() is None
+    assert cell("error", "error").disagreement() is None
+    assert cell("crash", "crash").disagreement() is None
+    assert "imports it" in cell("ok", "error").disagreement()
+    assert "crashed" in cell("error", "crash").disagreement()
+    assert "right values" in cell("crash", "ok").disagreement()
+    assert cell("ok", "error", export_failed=True).disagreement() is None  # the producer's fault, not the table's
+
+
+def test_committed_matrix_parses_and_covers_every_consumer():
+    text = (ROOT / "compat_matrix.md").read_text(encoding="utf-8")
+    parsed = parse(text)
+    head = parsed["header"]
+    for field in ("run", "date", "machine", "GPU (name, driver)", "Python", "dlbridge", "command", *CONSUMERS):
+        assert head.get(field), field
+    assert "dlbridge report" in head["command"]
+    consumers = {row["consumer"] for rows in parsed["tables"].values() for row in rows}
+    cpu_only = head["run"].startswith("CPU only")
+    for consumer in CONSUMERS:
+        # A CPU-only run cannot cover CuPy; the GPU run that replaces it must cover everything.
+        assert consumer in consumers or (cpu_only and head[consumer] == "not installed"), consumer
+    if not cpu_only:
+        assert {"cpu", "cuda"} <= set(parsed["tables"])
+    for rows in parsed["tables"].values():
+        assert all(all(text for text in row["cells"].values()) for row in rows)
