@@ -380,8 +380,8 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
     # Decide the dtype first, so an unsupported one raises before any copy is made.
     probe = inspect(x)
     plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()")
-    if source is not None and dst_dev[0] in source.device_codes:
-        moved = source.to_device(x, dst_dev)
+    if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
+        moved = source.to_device(x, dst_dev)  # every adapter can bring its arrays to the host
         return _convert(moved, target, fallback, dtype, None, None, None)
     if src_dev[0] == 1 and target.device_codes != ADAPTERS["numpy"].device_codes:
         host = _convert(x, ADAPTERS["numpy"], fallback, dtype, None, None, None)

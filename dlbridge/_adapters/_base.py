@@ -106,6 +106,7 @@ class Adapter:
         raise NotImplementedError
 
     def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
+        """A copy of ``arr`` on ``device``: any of ``device_codes``, and always the CPU (1, 0)."""
         raise NotImplementedError
 
     def from_host(self, host: Any, device: tuple[int, int]) -> Any:
