@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import datetime as _datetime
+import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ._dtypes import DType, dtype_name
@@ -68,6 +70,12 @@ class _Head(ctypes.Structure):
         ("strides", ctypes.c_void_p),
         ("byte_offset", ctypes.c_uint64),
     ]
+
+
+# _Head's layout for struct (native alignment, as the C compiler lays it out).
+_HEAD_STRUCT = struct.Struct("@PiiiBBHPPQ")
+_HeadBytes = ctypes.c_char * _HEAD_STRUCT.size
+assert _HEAD_STRUCT.size == ctypes.sizeof(_Head) == 48
 
 
 class _VersionedHead(ctypes.Structure):
@@ -143,7 +151,11 @@ class DLPackInfo:
         return True
 
     def has_negative_strides(self) -> bool:
-        return self.strides is not None and self.size > 0 and any(s < 0 for s in self.strides)
+        # A size-1 dimension's stride is never followed (NumPy's a[::-1] of one element has -itemsize;
+        # ascontiguousarray keeps it): counting it would send such arrays round the copy path forever.
+        if self.strides is None or self.size == 0:
+            return False
+        return any(s < 0 for s, d in zip(self.strides, self.shape) if d > 1)
 
     def is_c_contiguous(self) -> bool:
         if self.strides is None or self.size == 0:
@@ -224,11 +236,13 @@ def _new_info(fields: dict[str, Any]) -> DLPackInfo:
 def read(capsule: object, producer: str | None = None) -> DLPackInfo:
     """Read a capsule's tensor description. Never consumes it; raises CapsuleError when malformed."""
     address, versioned, flags, version = _tensor_address(capsule)
-    head = _Head.from_address(address)
-    ndim = head.ndim
+    # One struct unpack reads every scalar of the DLTensor (the same layout as _Head): cheaper
+    # than ten ctypes field reads, and the hot path of every conversion.
+    data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset = (
+        _HEAD_STRUCT.unpack_from(_HeadBytes.from_address(address))
+    )
     if not 0 <= ndim <= MAX_NDIM:
         raise CapsuleError(f"DLPack capsule has ndim={ndim}; expected 0..{MAX_NDIM}")
-    shape_at, strides_at = head.shape, head.strides
     if ndim and not shape_at:
         raise CapsuleError(f"DLPack capsule has ndim={ndim} but a NULL shape pointer")
     if ndim:
@@ -240,9 +254,6 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
         strides = tuple(int64s.from_address(strides_at)[:]) if strides_at else None
     else:
         shape, strides = (), None
-    code, bits, lanes, data, byte_offset, device_type = (
-        head.code, head.bits, head.lanes, head.data, head.byte_offset, head.device_type
-    )  # fmt: skip
     if bits == 0 or lanes == 0:
         raise CapsuleError(f"DLPack capsule has dtype bits={bits}, lanes={lanes}; both must be >= 1")
     info = _new_info(
@@ -252,11 +263,11 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
             "bits": bits,
             "lanes": lanes,
             "device_type": _DEVICE_NAMES.get(device_type) or device_name(device_type),
-            "device_id": head.device_id,
+            "device_id": device_id,
             "shape": shape,
             "strides": strides,
             "byte_offset": byte_offset,
-            "data_ptr": (data or 0) + byte_offset,
+            "data_ptr": data + byte_offset,
             "readonly": bool(flags & FLAG_READ_ONLY),
             "versioned": versioned,
             "version": version,
@@ -265,11 +276,21 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
             "device_code": device_type,
         }
     )
-    if not data and info.size:
-        raise CapsuleError(f"DLPack capsule for {info.describe()} has a NULL data pointer")
     if info.size:
+        if not data:
+            raise CapsuleError(f"DLPack capsule for {info.describe()} has a NULL data pointer")
         _check_reach(info)
     return info
+
+
+@lru_cache(maxsize=256)
+def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of ``shape`` (cached: shapes repeat)."""
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
 
 
 def _check_reach(info: DLPackInfo) -> None:
@@ -279,13 +300,12 @@ def _check_reach(info: DLPackInfo) -> None:
     producer's allocation cannot be detected by anyone. These can, and torch aborts the process
     on them ("Storage size calculation overflowed") while NumPy silently wraps them.
     """
-    strides = info.strides
-    if strides is None:  # C-contiguous
-        strides, step = (), 1
-        for dim in reversed(info.shape):
-            strides, step = (step, *strides), step * dim
-    low = sum(s * (d - 1) for s, d in zip(strides, info.shape) if s < 0) * info.itemsize
-    high = sum(s * (d - 1) for s, d in zip(strides, info.shape) if s > 0) * info.itemsize + info.itemsize
+    strides, dense = info.strides, c_strides(info.shape)
+    if strides is None or strides == dense:  # C order, the common case: the span is the byte size
+        strides, low, high = dense, 0, info.size * info.itemsize
+    else:
+        low = sum(s * (d - 1) for s, d in zip(strides, info.shape) if s < 0) * info.itemsize
+        high = sum(s * (d - 1) for s, d in zip(strides, info.shape) if s > 0) * info.itemsize + info.itemsize
     if high - low >= 1 << 63 or info.data_ptr + low < 0 or info.data_ptr + high > 1 << 64:
         raise CapsuleError(
             f"DLPack capsule for {info.describe()} has strides {list(strides)} that, with shape "

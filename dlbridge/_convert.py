@@ -14,7 +14,7 @@ from typing import Any
 from . import _logical
 from ._adapters import ADAPTERS, Adapter, adapter_for, adapter_named, export_capsule, producer_name
 from ._capabilities import Capabilities
-from ._capsule import DEVICE_CODES, CapsuleType, DLPackInfo, clear_readonly, device_name, read, relabel
+from ._capsule import DEVICE_CODES, CapsuleType, DLPackInfo, c_strides, clear_readonly, device_name, read, relabel
 from ._dtypes import BY_NAME, DType, decode_table, lookup, unsigned_of_width
 from ._errors import (
     CapsuleError,
@@ -236,21 +236,11 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
 
 def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
     strides = info.strides
-    if strides is None or strides == _c_strides(info.shape):
+    if strides is None or strides == c_strides(info.shape):
         return False  # dense C order (the common case): no negative strides, compact
     if info.has_negative_strides() and not caps.negative_strides:
         return True
     return caps.compact_only and not info.is_compact()
-
-
-@lru_cache(maxsize=256)
-def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Element strides of a C-contiguous array of ``shape`` (cached: shapes repeat)."""
-    strides, step = [], 1
-    for dim in reversed(shape):
-        strides.append(step)
-        step *= dim
-    return tuple(reversed(strides))
 
 
 def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter) -> str:

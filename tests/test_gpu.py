@@ -123,9 +123,11 @@ def test_stream_handshake_makes_pending_writes_visible(cuda) -> None:
         with torch.cuda.stream(side):
             t = torch.full((n,), float(trial), device="cuda")
             t.mul_(2).add_(1)  # enough work to still be running at the handoff
-        with consumer_stream:
-            c = dlbridge.to_cupy(t)
-            total = float(c.sum())
+            # Converted while ``side`` is torch's current stream: torch's __dlpack__ makes the
+            # consumer's stream wait on its current stream, which is the one with the pending work.
+            with consumer_stream:
+                c = dlbridge.to_cupy(t)
+                total = float(c.sum())
         bad += total != (2 * trial + 1) * n
         torch.cuda.synchronize()
     assert bad == 0

@@ -11,10 +11,10 @@ import gc
 import zlib
 
 import pytest
-from tests.conftest import need
-from tests.ctypes_producer import DTYPES, CtypesArray
 
 import dlbridge
+from tests.conftest import need
+from tests.ctypes_producer import DTYPES, CtypesArray
 
 np = need("numpy")
 ml_dtypes = need("ml_dtypes")

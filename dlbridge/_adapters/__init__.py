@@ -31,11 +31,22 @@ def adapter_named(to: object) -> Adapter:
     return adapter
 
 
+# Types already recognised (a class's bases never change, so a hit stays true). Misses are not
+# cached: the framework may not be loaded yet. Bounded, for processes that mint classes.
+_BY_TYPE: dict[type, Adapter] = {}
+
+
 def adapter_for(obj: object) -> Adapter | None:
     """The adapter whose arrays ``obj`` is, judged by type via sys.modules (imports nothing)."""
-    top = type(obj).__module__.partition(".")[0]
-    adapter = _BY_MODULE.get(top)
+    cls = type(obj)
+    adapter = _BY_TYPE.get(cls)
+    if adapter is not None:
+        return adapter
+    adapter = _BY_MODULE.get(cls.__module__.partition(".")[0])
     if adapter is not None and adapter.is_array(obj):
+        if len(_BY_TYPE) >= 256:
+            _BY_TYPE.clear()
+        _BY_TYPE[cls] = adapter
         return adapter
     return None
 

@@ -16,6 +16,7 @@ class JaxAdapter(Adapter):
     array_type = ("jax", "Array")
     producer_modules = ("jax", "jaxlib")
     device_codes = frozenset({1, 2, 10})
+    _narrowed: tuple[Capabilities, Capabilities] | None = None  # (row, row without 64-bit dtypes)
 
     @cached_property
     def _dlpack(self) -> Any:
@@ -25,10 +26,13 @@ class JaxAdapter(Adapter):
 
     def capabilities(self) -> Capabilities:
         caps = self.caps
-        if self.mod.config.jax_enable_x64:
+        if self.mod.config.jax_enable_x64:  # read every call: it can be switched at runtime
             return caps
         # Without x64 JAX narrows 64-bit imports to 32 bits (a copy with other values).
-        return caps._replace(imports=caps.imports - _X64, holds=caps.holds - _X64)
+        narrowed = self._narrowed
+        if narrowed is None or narrowed[0] is not caps:  # built once per capability row
+            narrowed = self._narrowed = (caps, caps._replace(imports=caps.imports - _X64, holds=caps.holds - _X64))
+        return narrowed[1]
 
     def _device(self, device: tuple[int, int]) -> Any:
         platform = "cpu" if device[0] == 1 else "gpu"
