@@ -92,7 +92,7 @@ def _available(name: str) -> str | None:
     """None when ``name`` imports, else why not."""
     try:
         _mod(name)
-    except Exception as err:  # noqa: BLE001 - any failure means "not here"
+    except Exception as err:  # any failure means "not here"
         return f"{name} not importable ({type(err).__name__}: {err})"
     return None
 
@@ -109,7 +109,7 @@ def cuda_reason(name: str) -> str | None:
             ok = _mod("cupy").cuda.runtime.getDeviceCount() > 0
         else:
             ok = bool(_mod("jax").devices("gpu"))
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         return f"{name}: no CUDA device ({type(err).__name__}: {str(err).splitlines()[0][:80]})"
     return None if ok else f"{name}: no CUDA device"
 
@@ -251,19 +251,20 @@ def run_row(row: Row, rounds: int, budget_ms: float) -> Row:
     import dlbridge
     from dlbridge._adapters import ADAPTERS
     from dlbridge._convert import plan_for
+    from dlbridge._options import Fallback
 
     try:
         x, u = make_source(row.producer, row.dtype, row.nbytes, row.device)
-    except Exception as err:  # noqa: BLE001 - a producer that cannot make this dtype
+    except Exception as err:  # a producer that cannot make this dtype
         row.skipped = f"{row.producer} cannot make {row.dtype}: {type(err).__name__}: {err}"[:160]
         return row
-    fallback = "raise" if row.dtype == "float32" else "view"
+    fallback: Fallback = "raise" if row.dtype == "float32" else "view"
     convert = getattr(dlbridge, f"to_{row.consumer}")
     ours = (lambda: convert(x)) if fallback == "raise" else (lambda: convert(x, fallback="view"))
     try:
         row.mode = plan_for(dlbridge.inspect(x), ADAPTERS[row.consumer].capabilities(), fallback).mode
         result = ours()
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         row.skipped = f"dlbridge refused: {type(err).__name__}: {err}"[:160]
         return row
     synchronize(row.device)
@@ -276,14 +277,14 @@ def run_row(row: Row, rounds: int, budget_ms: float) -> Row:
     if row.mode == "native":
         try:
             imp(x)
-        except Exception:  # noqa: BLE001 - e.g. NumPy cannot export ml_dtypes arrays
+        except Exception:  # e.g. NumPy cannot export ml_dtypes arrays
             src = u
     else:
         src = u
     row.baseline = dtype_label(src)
     try:
         native_result = imp(src)
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         row.skipped = f"native {row.consumer}.from_dlpack({row.baseline}) failed: {type(err).__name__}: {err}"[:160]
         return row
     synchronize(row.device)
@@ -375,7 +376,8 @@ def _child(code: str) -> list[str]:
 
 
 def import_figures(runs: int, targets: tuple[str, ...] = CPU_FRAMEWORKS) -> dict[str, Any]:
-    times, loaded = [], set()
+    times: list[float] = []
+    loaded: set[str] = set()
     for _ in range(runs):
         ms, *mods = _child(_IMPORT_DLBRIDGE)
         times.append(float(ms))
@@ -439,7 +441,7 @@ def versions() -> dict[str, str]:
     for name in ("dlbridge", "torch", "jax", "jaxlib", "numpy", "ml_dtypes", "cupy"):
         try:
             out[name] = str(_mod(name).__version__)
-        except Exception:  # noqa: BLE001
+        except Exception:
             out[name] = "not installed"
     return out
 

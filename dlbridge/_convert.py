@@ -8,7 +8,7 @@ DLPack producer is covered. A capsule the target would reject is never handed to
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from . import _logical
@@ -74,7 +74,7 @@ def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: An
     raise UnsupportedDtypeError(_unsupported_message(info, caps, logical, fallback, uint, target))
 
 
-@lru_cache(maxsize=None)  # Plans are frozen: one per dtype name (consumer-imported names only)
+@cache  # Plans are frozen: one per dtype name (consumer-imported names only)
 def _native_plan(logical: str) -> Plan:
     return Plan("native", logical, logical)
 

@@ -36,7 +36,8 @@ def test_the_check_sees_a_framework_when_one_is_loaded() -> None:
 def test_a_conversion_imports_only_what_it_needs() -> None:
     # Touching the public API without converting anything still imports no framework.
     code = CHECK.format(before="", frameworks=FRAMEWORKS).replace(
-        "import dlbridge\n", "import dlbridge\ndlbridge.capabilities('torch', '2.13.0'); dlbridge.get_default_fallback()\n"
+        "import dlbridge\n",
+        "import dlbridge\ndlbridge.capabilities('torch', '2.13.0'); dlbridge.get_default_fallback()\n",
     )
     proc = run_child(code)
     assert proc.returncode == 0, proc.stderr
