@@ -14,7 +14,8 @@ from typing import Any
 from . import _logical
 from ._adapters import ADAPTERS, Adapter, adapter_for, adapter_named, export_capsule, producer_name
 from ._capabilities import Capabilities
-from ._capsule import DEVICE_CODES, CapsuleType, DLPackInfo, c_strides, clear_readonly, device_name, read, relabel
+from ._capsule import CapsuleType, DLPackInfo, c_strides, clear_readonly, device_name, read, relabel
+from ._devices import check_device, device_of, parse_device, stream_for
 from ._dtypes import BY_NAME, DType, decode_table, lookup, unsigned_of_width
 from ._errors import (
     CapsuleError,
@@ -47,12 +48,14 @@ def inspect(x: Any) -> DLPackInfo:
         return read(x)
     source = adapter_for(x)
     if not hasattr(type(x), "__dlpack__"):
-        raise NotAnArrayError(f"dlbridge.inspect needs an object with __dlpack__ or a DLPack capsule, got {type(x).__name__}")
-    device = _device_of(x)
+        raise NotAnArrayError(
+            f"dlbridge.inspect needs an object with __dlpack__ or a DLPack capsule, got {type(x).__name__}"
+        )
+    device = device_of(x)
     # stream=-1: no synchronisation, nothing reads the data.
     stream = -1 if device[0] in (2, 10) else None
     capsule = _export(x, source, stream, MAX_VERSION)
-    return _check_device(read(capsule, producer_name(x)), device)
+    return check_device(read(capsule, producer_name(x)), device)
 
 
 # --- decisions ------------------------------------------------------------------------------
@@ -109,8 +112,12 @@ def _name_of(d: DType) -> str:
 def _unsupported_message(info: DLPackInfo, caps: Capabilities, logical: str, fallback: str,
                          uint: str | None, target: str) -> str:  # fmt: skip
     who = f"{caps.consumer} {caps.version}"
-    lines = [f"{target or caps.consumer}: cannot hand {info.describe()} to {who}: {caps.consumer} cannot hold {logical}."]
-    if (caps.consumer == "numpy" and logical in ("bfloat16",)) or (logical.startswith("float8_") and caps.consumer == "numpy"):
+    lines = [
+        f"{target or caps.consumer}: cannot hand {info.describe()} to {who}: {caps.consumer} cannot hold {logical}."
+    ]
+    if (caps.consumer == "numpy" and logical in ("bfloat16",)) or (
+        logical.startswith("float8_") and caps.consumer == "numpy"
+    ):
         lines.append("Install ml_dtypes (pip install ml_dtypes) to get it zero-copy with the real dtype.")
     if caps.consumer == "jax" and logical in ("int64", "uint64", "float64", "complex128"):
         lines.append('JAX runs without 64-bit types: jax.config.update("jax_enable_x64", True) lets it hold them.')
@@ -152,16 +159,16 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
             f"{type(x).__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
         )
     source = adapter_for(x)
-    src_dev = _device_of(x)
-    dst_dev = _parse_device(device, src_dev)
+    src_dev = device_of(x)
+    dst_dev = parse_device(device, src_dev)
     if device is None and copy and src_dev[0] not in target.device_codes:
         dst_dev = (1, 0) if 1 in target.device_codes else (2, 0)  # copy=True: the target's home device
     if dst_dev != src_dev or src_dev[0] not in target.device_codes:
         return _cross_device(x, source, target, src_dev, dst_dev, fallback, dtype, device, copy)
     caps = target.capabilities()
-    wire_stream = _stream_for(stream, target, src_dev)
+    wire_stream = stream_for(stream, target, src_dev)
     capsule = _export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy)
-    info = _check_device(read(capsule, source.name if source is not None else producer_name(x)), src_dev)
+    info = check_device(read(capsule, source.name if source is not None else producer_name(x)), src_dev)
     if _needs_layout_copy(info, caps):
         if copy is False:
             raise LayoutError(_layout_message(info, caps, target))
@@ -174,7 +181,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
 def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any,
                   copy: bool | None, stream: int | None) -> Any:  # fmt: skip
     info = read(capsule)
-    if _parse_device(device, info.device) != info.device or info.device_code not in target.device_codes:
+    if parse_device(device, info.device) != info.device or info.device_code not in target.device_codes:
         raise DeviceMismatchError(
             f"to_{target.name}(): a raw capsule on {info.device_type} cannot be moved; pass the array "
             "itself (not its capsule) so dlbridge can ask its producer for a copy"
@@ -260,65 +267,6 @@ def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adap
         f"to_{target.name}(): {info.describe()} from an unknown producer has strides {list(info.strides or ())} "
         f"that {target.name} cannot share, and dlbridge knows no way to make it dense on {info.device_type}"
     )
-
-
-# --- devices and streams ------------------------------------------------------------------------
-
-
-def _device_of(x: Any) -> tuple[int, int]:
-    try:
-        dev = x.__dlpack_device__()
-        return (int(dev[0]), int(dev[1]))
-    except Exception as err:
-        raise CapsuleError(f"{type(x).__name__}.__dlpack_device__() failed: {type(err).__name__}: {err}") from err
-
-
-def _check_device(info: DLPackInfo, claimed: tuple[int, int]) -> DLPackInfo:
-    if info.device != claimed:
-        raise CapsuleError(
-            f"{info.producer}.__dlpack__ returned a capsule on {info.device_type}:{info.device_id} but "
-            f"__dlpack_device__ said {device_name(claimed[0])}:{claimed[1]}"
-        )
-    return info
-
-
-def _parse_device(device: Any, default: tuple[int, int]) -> tuple[int, int]:
-    """Accepts "cpu", "cuda", "cuda:1", (type, id), torch/jax/cupy device objects."""
-    if device is None:
-        return default
-    if isinstance(device, tuple) and len(device) == 2:
-        return (int(device[0]), int(device[1]))
-    if isinstance(device, str):
-        kind, _, index = device.partition(":")
-        kind = {"gpu": "cuda"}.get(kind, kind)
-        if kind in DEVICE_CODES and (not index or index.isdigit()):
-            same_kind = default[0] == DEVICE_CODES[kind]
-            return (DEVICE_CODES[kind], int(index) if index else (default[1] if same_kind else 0))
-    platform = getattr(device, "type", None) or getattr(device, "platform", None)  # torch / jax
-    if isinstance(platform, str):
-        number = getattr(device, "index", None)
-        return _parse_device(f"{platform}:{number if number is not None else getattr(device, 'id', 0)}", default)
-    if type(device).__module__.startswith("cupy"):
-        return (2, int(device.id))
-    raise OptionError(f'device={device!r} is not a device; pass "cpu", "cuda", "cuda:N" or a framework device')
-
-
-def _stream_for(stream: int | None, target: Adapter, device: tuple[int, int]) -> int | None:
-    if device[0] not in (2, 10):
-        if stream is not None:
-            raise OptionError(f"stream={stream!r} on {device_name(device[0])}: only stream=None is valid off the GPU")
-        return None
-    if stream is None:
-        try:
-            return target.current_stream(device)
-        except Exception as err:  # e.g. a CPU-only build asked about a CUDA source
-            raise DeviceMismatchError(
-                f"to_{target.name}(): the source says it is on {device_name(device[0])}:{device[1]}, which "
-                f"{target.name} cannot use in this process ({type(err).__name__}: {err})"
-            ) from err
-    if stream == 0 and device[0] == 2:
-        raise OptionError("stream=0 is ambiguous in DLPack on CUDA; pass 1 for the legacy default stream")
-    return stream
 
 
 def _export(x: Any, source: Adapter | None, stream: int | None, max_version: tuple[int, int] | None,

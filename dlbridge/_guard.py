@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 from ._adapters import Adapter, adapter_for, adapter_named
 from ._capsule import device_name
 from ._convert import _convert, inspect, plan_for
+from ._devices import device_of
 from ._dtypes import DType, dtype_name, lookup
 from ._errors import DeviceMismatchError, DLBridgeError, NotAnArrayError, OptionError, ReadOnlyError
 from ._options import NOT_GIVEN, Fallback, check_fallback, resolve_fallback
@@ -382,9 +383,8 @@ def _same_memory(a: Any, b: Any) -> bool:
 
 def _device(x: Any) -> tuple[int, int]:
     try:
-        dev = x.__dlpack_device__()
-        return (int(dev[0]), int(dev[1]))
-    except Exception:
+        return device_of(x)
+    except DLBridgeError:
         return (0, 0)  # unknown: never equal to a real device, so results are converted
 
 

@@ -3,6 +3,9 @@
 Order: the call's ``fallback=`` keyword, else the innermost ``fallback_policy(...)`` block
 (per thread / per async task), else ``set_default_fallback(...)``, else the environment
 variable ``DLBRIDGE_FALLBACK``, else ``"raise"``.
+
+The environment variable is read once, when a conversion first needs it (reading ``os.environ``
+on every call cost more than the rest of the policy); ``set_default_fallback(None)`` reads it again.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class _NotGiven(enum.Enum):
 NOT_GIVEN: Final = _NotGiven.NOT_GIVEN
 
 _process_default: Fallback | None = None
+_env_default: Fallback | None = None  # $DLBRIDGE_FALLBACK, read on first use
 _scoped: contextvars.ContextVar[Fallback | None] = contextvars.ContextVar("dlbridge_fallback", default=None)
 
 
@@ -50,8 +54,14 @@ def get_default_fallback() -> Fallback:
         return scoped
     if _process_default is not None:
         return _process_default
+    return _env_default or _read_env()
+
+
+def _read_env() -> Fallback:
+    global _env_default
     env = os.environ.get(ENV_VAR)
-    return check_fallback(env.strip().lower(), f"${ENV_VAR}") if env else "raise"
+    _env_default = check_fallback(env.strip().lower(), f"${ENV_VAR}") if env else "raise"
+    return _env_default
 
 
 def set_default_fallback(mode: Fallback | None) -> Fallback | None:
@@ -59,9 +69,11 @@ def set_default_fallback(mode: Fallback | None) -> Fallback | None:
 
     Returns the previous process-wide setting, so it can be restored.
     """
-    global _process_default
+    global _process_default, _env_default
     previous = _process_default
     _process_default = None if mode is None else check_fallback(mode)
+    if mode is None:
+        _env_default = None
     return previous
 
 
