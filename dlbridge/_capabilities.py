@@ -54,41 +54,91 @@ def _r(consumer: str, what: str, dtypes: Iterable[str] = (), since: str | None =
 
 TABLE: tuple[Row, ...] = (
     # --- torch -------------------------------------------------------------------------
-    _r("torch", "imports", _CORE - _WIDE_UINTS | {"bfloat16"}, "1.10", source="torch 1.10 notes: torch.from_dlpack; bf16 since 1.9 (FACTS §3)"),
+    _r(
+        "torch",
+        "imports",
+        _CORE - _WIDE_UINTS | {"bfloat16"},
+        "1.10",
+        source="torch 1.10 notes: torch.from_dlpack; bf16 since 1.9 (FACTS §3)",
+    ),
     _r("torch", "imports", {"bool"}, "2.2", source="FACTS §3: bool since torch 2.2"),
     _r("torch", "imports", _WIDE_UINTS, "2.3", source="FACTS §3 [inferred]: uint16/32/64 since 2.3"),
-    _r("torch", "imports", _TORCH_FP8 | {"float4_e2m1fn_x2"}, "2.10", source="FACTS §3: fp8 codes 10-14 and fp4x2 both ways since 2.10"),
+    _r(
+        "torch",
+        "imports",
+        _TORCH_FP8 | {"float4_e2m1fn_x2"},
+        "2.10",
+        source="FACTS §3: fp8 codes 10-14 and fp4x2 both ways since 2.10",
+    ),
     _r("torch", "holds", {"float8_e4m3fn", "float8_e5m2"}, "2.1", source="torch 2.1 notes: float8 dtypes"),
     _r("torch", "holds", {"float8_e4m3fnuz", "float8_e5m2fnuz"}, "2.2", source="torch 2.2 notes: fnuz float8 dtypes"),
     _r("torch", "holds", {"float8_e8m0fnu"}, "2.7", source="torch 2.7 notes: float8_e8m0fnu"),
-    _r("torch", "raw_capsules", since="1.10", source="FACTS §3: torch.from_dlpack still accepts raw capsules (both names)"),
-    _r("torch", "versioned_capsules", since="2.9", source="FACTS §3: DLPack 1.0 keywords + versioned capsules since 2.9"),
+    _r(
+        "torch",
+        "raw_capsules",
+        since="1.10",
+        source="FACTS §3: torch.from_dlpack still accepts raw capsules (both names)",
+    ),
+    _r(
+        "torch",
+        "versioned_capsules",
+        since="2.9",
+        source="FACTS §3: DLPack 1.0 keywords + versioned capsules since 2.9",
+    ),
     # negative_strides: absent on purpose. torch 2.13 aborts the process
     # ("Storage size calculation overflowed") on numpy's a[::-1] capsule (probe 2026-11-22).
     # --- cupy --------------------------------------------------------------------------
     _r("cupy", "imports", _CORE, "9.0", source="CuPy 9 notes: cupy.from_dlpack"),
     _r("cupy", "imports", {"bool"}, "12.0", source="FACTS §3: bool since CuPy 12"),
-    _r("cupy", "imports", {"bfloat16"}, "14.0", requires="ml_dtypes", source="cupy PR #9670 (bf16 via ml_dtypes, CuPy 14)"),
+    _r(
+        "cupy",
+        "imports",
+        {"bfloat16"},
+        "14.0",
+        requires="ml_dtypes",
+        source="cupy PR #9670 (bf16 via ml_dtypes, CuPy 14)",
+    ),
     _r("cupy", "holds", {"bfloat16"}, "14.0", requires="ml_dtypes", source="cupy PR #9670"),
-    _r("cupy", "crashes_on_reject", until="13.4", source="cupy#8801: rejected capsule is freed twice; fixed by #8683/#8722 in 13.4.0"),
+    _r(
+        "cupy",
+        "crashes_on_reject",
+        until="13.4",
+        source="cupy#8801: rejected capsule is freed twice; fixed by #8683/#8722 in 13.4.0",
+    ),
     _r("cupy", "raw_capsules", source="cupy/_core/dlpack.pyx: from_dlpack accepts a PyCapsule"),
     _r("cupy", "versioned_capsules", since="13.4", source="CuPy 13.4 notes: DLPack 1.0 (#8683)"),
-    _r("cupy", "negative_strides", source="CuPy arrays hold negative strides; dlpack.pyx copies strides as given [inferred]"),
+    _r(
+        "cupy",
+        "negative_strides",
+        source="CuPy arrays hold negative strides; dlpack.pyx copies strides as given [inferred]",
+    ),
     # --- jax ---------------------------------------------------------------------------
     _r("jax", "imports", _CORE, "0.2", source="jax.dlpack.from_dlpack (jaxlib dlpack.cc type table)"),
     _r("jax", "imports", {"bfloat16"}, "0.2.10", source="FACTS §3: bf16 since 0.2.10"),
     _r("jax", "imports", {"bool"}, "0.4.24", source="FACTS §3: bool since 0.4.24"),
     _r("jax", "imports", FLOAT8, "0.5.3", source="FACTS §3: fp8 since jaxlib 0.5.3; probe 2026-11-22 (jax 0.10.2)"),
     _r("jax", "raw_capsules", until="0.7.2", source="FACTS §3: raw capsules removed in 0.7.2"),
-    _r("jax", "compact_only", source="jaxlib dlpack.cc: 'Only DLPack tensors with trivial (compact) striding'; probe 2026-11-22"),
+    _r(
+        "jax",
+        "compact_only",
+        source="jaxlib dlpack.cc: 'Only DLPack tensors with trivial (compact) striding'; probe 2026-11-22",
+    ),
     _r("jax", "readonly_arrays", source="jax.Array is immutable"),
     # --- numpy -------------------------------------------------------------------------
     _r("numpy", "imports", _CORE, "1.22", source="NumPy 1.22 notes: np.from_dlpack"),
     _r("numpy", "imports", {"bool"}, "1.25", source="NumPy 1.25 notes: bool in DLPack"),
-    _r("numpy", "holds", FLOAT8 | {"bfloat16"}, requires="ml_dtypes", source="ml_dtypes: bfloat16 and float8 NumPy dtypes (FACTS §3)"),
+    _r(
+        "numpy",
+        "holds",
+        FLOAT8 | {"bfloat16"},
+        requires="ml_dtypes",
+        source="ml_dtypes: bfloat16 and float8 NumPy dtypes (FACTS §3)",
+    ),
     _r("numpy", "versioned_capsules", since="2.1", source="FACTS §3: DLPack 1.0 since NumPy 2.1"),
     _r("numpy", "readonly_arrays", since="2.1", source="NumPy 2.1: READ_ONLY flag honoured on import"),
-    _r("numpy", "negative_strides", source="NumPy arrays hold negative strides; np.from_dlpack copies strides as given"),
+    _r(
+        "numpy", "negative_strides", source="NumPy arrays hold negative strides; np.from_dlpack copies strides as given"
+    ),
 )
 
 CONSUMERS = tuple(dict.fromkeys(row.consumer for row in TABLE))
@@ -137,6 +187,19 @@ def capabilities(consumer: str, version: str) -> Capabilities:
     holds = imports.union(*(r.dtypes for r in rows if r.what == "holds"))
     flags = {f: any(r.what == f for r in rows) for f in FEATURES}
     return Capabilities(consumer, version, imports, holds, **flags)
+
+
+def missing_requirements(consumer: str, version: str, dtype: str) -> list[str]:
+    """Modules whose installation would let ``consumer`` at ``version`` hold ``dtype``."""
+    v = parse_version(version)
+    return sorted(
+        {
+            r.requires
+            for r in TABLE
+            if r.consumer == consumer and r.what in ("imports", "holds") and dtype in r.dtypes and r.requires
+            and not _importable(r.requires) and _applies(r._replace(requires=None), v)
+        }
+    )  # fmt: skip
 
 
 def sources(consumer: str, dtype: str | None = None) -> list[Row]:

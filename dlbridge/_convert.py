@@ -13,7 +13,7 @@ from typing import Any
 
 from . import _logical
 from ._adapters import ADAPTERS, Adapter, adapter_for, adapter_named, export_capsule, producer_name
-from ._capabilities import Capabilities
+from ._capabilities import Capabilities, missing_requirements
 from ._capsule import CapsuleType, DLPackInfo, c_strides, clear_readonly, device_name, read, relabel
 from ._devices import check_device, device_of, parse_device, stream_for
 from ._dtypes import BY_NAME, DType, decode_table, lookup, unsigned_of_width
@@ -115,12 +115,11 @@ def _unsupported_message(info: DLPackInfo, caps: Capabilities, logical: str, fal
     lines = [
         f"{target or caps.consumer}: cannot hand {info.describe()} to {who}: {caps.consumer} cannot hold {logical}."
     ]
-    if (caps.consumer == "numpy" and logical in ("bfloat16",)) or (
-        logical.startswith("float8_") and caps.consumer == "numpy"
-    ):
-        lines.append("Install ml_dtypes (pip install ml_dtypes) to get it zero-copy with the real dtype.")
-    if caps.consumer == "jax" and logical in ("int64", "uint64", "float64", "complex128"):
-        lines.append('JAX runs without 64-bit types: jax.config.update("jax_enable_x64", True) lets it hold them.')
+    for module in missing_requirements(caps.consumer, caps.version, logical):
+        lines.append(f"Install {module} (pip install {module}) to get it zero-copy with the real dtype.")
+    hint = ADAPTERS[caps.consumer].hint(logical) if caps.consumer in ADAPTERS else None
+    if hint:
+        lines.append(hint)
     options = []
     if uint is not None and uint in caps.imports and fallback != "view":
         options.append(f'fallback="view" for a zero-copy {uint} view of the same memory')
@@ -210,8 +209,10 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
         clear_readonly(capsule)  # we copy right after the import; nobody writes the original
     if plan.wire != info.dtype:
         relabel(capsule, BY_NAME[plan.wire])
-    # The invariant that keeps crash-prone consumers alive: only what they import reaches them.
-    assert plan.wire in caps.imports, plan
+    if plan.wire not in caps.imports:  # the invariant that keeps crash-prone consumers alive
+        raise UnsupportedDtypeError(
+            f"to_{target.name}(): internal plan {plan} would hand {caps.consumer} a dtype it rejects"
+        )
     try:
         result = target.import_capsule(capsule, info.device, caps)
     except Exception as err:

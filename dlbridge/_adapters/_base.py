@@ -67,6 +67,10 @@ class Adapter:
     def caps(self) -> Capabilities:
         return capabilities(self.name, self.version)
 
+    def hint(self, dtype: str) -> str | None:
+        """A runtime setting that would let this framework hold ``dtype`` (for error messages)."""
+        return None
+
     def capabilities(self) -> Capabilities:
         """Capabilities, adjusted for runtime settings (JAX's x64 mode, ...)."""
         return self.caps

@@ -34,6 +34,11 @@ class JaxAdapter(Adapter):
             narrowed = self._narrowed = (caps, caps._replace(imports=caps.imports - _X64, holds=caps.holds - _X64))
         return narrowed[1]
 
+    def hint(self, dtype: str) -> str | None:
+        if dtype in _X64 and not self.mod.config.jax_enable_x64:
+            return 'JAX runs without 64-bit types: jax.config.update("jax_enable_x64", True) lets it hold them.'
+        return None
+
     def _device(self, device: tuple[int, int]) -> Any:
         platform = "cpu" if device[0] == 1 else "gpu"
         return self.mod.devices(platform)[device[1]] if platform == "gpu" else self.mod.devices("cpu")[0]
