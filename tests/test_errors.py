@@ -97,7 +97,7 @@ def test_missing_target_framework() -> None:
 
 
 def test_negative_strides_reach_torch_as_a_copy_not_an_abort() -> None:
-    """torch 2.13 aborts the process on a[::-1]'s capsule (see test_robustness); dlbridge copies."""
+    """torch 2.13 aborts the process on a[::-1]'s capsule (see tests/test_robustness_capsules.py); dlbridge copies."""
     a = np.arange(6.0)[::-1]
     t = dlbridge.to_torch(a)
     assert t.tolist() == [5.0, 4.0, 3.0, 2.0, 1.0, 0.0]

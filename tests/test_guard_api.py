@@ -1,0 +1,246 @@
+"""@dlbridge.guard on the CPU: errors and their wording, convert=False, the body's own exceptions,
+methods, metadata, tracebacks, framework-free import and the benchmark's smoke run."""
+
+from __future__ import annotations
+
+import inspect as pyinspect
+
+import pytest
+
+import dlbridge
+from tests._guard_helpers import fp4, np, require_no_x64, torch, values
+from tests.conftest import run_child
+
+# --- convert=False -------------------------------------------------------------------------------
+
+
+def test_convert_false_raises_before_the_body_runs() -> None:
+    require_no_x64()
+    calls = []
+
+    @dlbridge.guard("jax", convert=False)
+    def fused(x, y):
+        calls.append(1)
+
+    with pytest.raises(
+        dlbridge.UnsupportedDtypeError,
+        match=r"^fused\(y=…\) under @dlbridge.guard\('jax'\): cannot hand torch cpu float64\[3\] to jax",
+    ):
+        fused(torch.ones(3), torch.ones(3, dtype=torch.float64))
+    assert calls == []
+
+
+def test_convert_false_device_check_raises_before_the_body_runs() -> None:
+    calls = []
+
+    @dlbridge.guard("cupy", convert=False)
+    def fused(x):
+        calls.append(1)
+
+    # CuPy need not be installed: the device check reads only the adapter's device table.
+    with pytest.raises(
+        dlbridge.DeviceMismatchError,
+        match=r"^fused\(x=…\) under @dlbridge.guard\('cupy'\): received torch cpu float32\[2\]; cupy arrays live on cuda .*convert=False moves nothing.*device=\"cuda\"",
+    ):
+        fused(torch.ones(2))
+    assert calls == []
+
+
+def test_convert_false_fallback_hint_says_to_drop_convert_false() -> None:
+    @dlbridge.guard("numpy", convert=False)
+    def fused(x):
+        raise AssertionError("the body ran")
+
+    with pytest.raises(
+        dlbridge.UnsupportedDtypeError, match=r'fallback="view".*convert=False converts nothing: drop it'
+    ):
+        fused(fp4())
+
+
+def test_convert_false_passes_the_arguments_unconverted() -> None:
+    x = torch.ones(2)
+
+    @dlbridge.guard("numpy", convert=False, returns=None)
+    def body(a):
+        return a
+
+    assert body(x) is x
+
+
+def test_convert_false_with_conversion_options_is_an_option_error() -> None:
+    with pytest.raises(
+        dlbridge.OptionError, match=r"convert=False\) converts nothing, so fallback=, copy= would have no effect"
+    ):
+        dlbridge.guard("numpy", convert=False, fallback="view", copy=True)
+
+
+# --- errors from the guard ---------------------------------------------------------------------
+
+
+def test_unsupported_dtype_names_function_argument_dtype_device_and_fix() -> None:
+    @dlbridge.guard("numpy")
+    def fused(x, y):
+        raise AssertionError("the body ran")
+
+    with pytest.raises(dlbridge.UnsupportedDtypeError) as info:
+        fused(torch.ones(4), y=fp4(2))
+    message = str(info.value)
+    assert message.startswith(
+        "fused(y=…) under @dlbridge.guard('numpy'): cannot hand torch cpu float4_e2m1fn_x2[2] to numpy"
+    )
+    assert 'Pass fallback="view"' in message
+    assert isinstance(info.value, NotImplementedError)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_device_mismatch_names_the_nested_argument() -> None:
+    @dlbridge.guard("cupy")
+    def fused(xs):
+        raise AssertionError("the body ran")
+
+    with pytest.raises(
+        dlbridge.DeviceMismatchError,
+        match=r"^fused\(xs\[1\]=…\) under @dlbridge.guard\('cupy'\): received torch cpu float32\[2\]: .*pass device=\"cuda\" or copy=True",
+    ):
+        fused([None, torch.ones(2)])
+
+
+def test_extra_positional_arguments_are_named_after_the_star_parameter() -> None:
+    @dlbridge.guard("numpy")
+    def fused(x, *rest):
+        raise AssertionError("the body ran")
+
+    with pytest.raises(dlbridge.UnsupportedDtypeError, match=r"^fused\(rest\[1\]=…\)"):
+        fused(torch.ones(1), torch.ones(1), fp4(1))
+
+
+def test_guard_frames_are_hidden_from_pytest_tracebacks() -> None:
+    @dlbridge.guard("numpy")
+    def fused(x):
+        return x
+
+    with pytest.raises(dlbridge.UnsupportedDtypeError) as info:
+        fused(fp4())
+    frames = []
+    tb = info.value.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    guard_frames = [f for f in frames if f.f_code.co_filename == dlbridge._guard.__file__]
+    assert guard_frames, "the guard's frames should be on the traceback"
+    assert all(f.f_locals.get("__tracebackhide__") is True for f in guard_frames)
+
+
+def test_bad_options_fail_at_decoration() -> None:
+    with pytest.raises(
+        dlbridge.OptionError, match=r"unknown target framework 'tensorflow'; expected one of: cupy, jax, numpy, torch"
+    ):
+        dlbridge.guard("tensorflow")
+    with pytest.raises(dlbridge.OptionError, match=r"fallback='copy' is not a fallback"):
+        dlbridge.guard("numpy", fallback="copy")
+    with pytest.raises(dlbridge.OptionError, match=r"unknown target framework 'paddle'"):
+        dlbridge.guard("numpy", returns="paddle")
+
+
+# --- the body's own exceptions -------------------------------------------------------------------
+
+
+def test_body_exceptions_pass_through_untouched() -> None:
+    boom = KeyError("mine")
+
+    @dlbridge.guard("numpy")
+    def body(a):
+        raise boom
+
+    with pytest.raises(KeyError) as info:
+        body(torch.ones(2))
+    assert info.value is boom
+    assert not getattr(boom, "__notes__", None)
+    assert info.traceback[-1].name == "body"
+
+
+# --- methods and metadata ------------------------------------------------------------------------
+
+
+class Layer:
+    scale = 2.0
+
+    @dlbridge.guard("numpy")
+    def forward(self, x):
+        """Scale x."""
+        return x * self.scale
+
+    @staticmethod
+    @dlbridge.guard("numpy")
+    def static_inner(x):
+        return type(x), x
+
+    @dlbridge.guard("numpy")
+    @staticmethod
+    def static_outer(x):
+        return type(x), x
+
+    @dlbridge.guard("numpy")
+    @classmethod
+    def create(cls, x):
+        return cls, type(x), x
+
+
+def test_methods_staticmethods_and_classmethods() -> None:
+    t = torch.tensor([1.0, 2.0])
+    assert Layer().forward(t).tolist() == [2.0, 4.0]
+    for fn in (Layer.static_inner, Layer().static_inner, Layer.static_outer, Layer().static_outer):
+        kind, back = fn(t)
+        assert kind is np.ndarray and isinstance(back, torch.Tensor)
+    cls, kind, back = Layer.create(t)
+    assert cls is Layer and kind is np.ndarray and isinstance(back, torch.Tensor)
+    assert isinstance(Layer.__dict__["static_outer"], staticmethod)
+    assert isinstance(Layer.__dict__["create"], classmethod)
+
+
+def test_wrapped_metadata() -> None:
+    def fused(x: object, y: object = None, *, scale: float = 1.0) -> object:
+        """Fuse x and y."""
+        return x
+
+    guarded = dlbridge.guard("numpy")(fused)
+    assert guarded.__name__ == "fused"
+    assert guarded.__qualname__ == fused.__qualname__
+    assert guarded.__doc__ == "Fuse x and y."
+    assert guarded.__wrapped__ is fused
+    assert pyinspect.signature(guarded) == pyinspect.signature(fused)
+    assert Layer.forward.__doc__ == "Scale x."
+    assert str(pyinspect.signature(Layer.forward)) == "(self, x)"
+
+
+def test_guard_imports_no_framework() -> None:
+    done = run_child(
+        """
+        import sys, dlbridge
+        @dlbridge.guard("cupy", args=("x",))
+        def f(x): return x
+        @dlbridge.guard("jax", convert=False)
+        def g(x): return x
+        assert g([1, 2]) == [1, 2]
+        print(sorted(m for m in ("torch", "jax", "cupy", "numpy") if m in sys.modules))
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_benchmark_runs(capsys) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_guard.py"
+    spec = importlib.util.spec_from_file_location("bench_guard", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for _, guarded, by_hand in bench.cases():  # like for like: both sides give the same values
+        g, h = guarded(), by_hand()
+        g, h = (g, h) if isinstance(g, tuple) else ((g,), (h,))
+        assert [type(a) for a in g] == [type(b) for b in h]
+        assert all(values(a) == values(b) for a, b in zip(g, h))
+    assert bench.main(["--number", "2", "--rounds", "1"]) == 0
+    assert "worst ratio" in capsys.readouterr().out
