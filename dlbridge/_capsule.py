@@ -35,9 +35,7 @@ MAX_NDIM = 64
 # every other library in the process. PYFUNCTYPE raises any Python error the call sets.
 _api = ctypes.pythonapi
 _get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", _api))
-_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", _api)
-)
+_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
 
 _DEVICE_NAMES = {
     1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi",
@@ -238,8 +236,8 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
     address, versioned, flags, version = _tensor_address(capsule)
     # One struct unpack reads every scalar of the DLTensor (the same layout as _Head): cheaper
     # than ten ctypes field reads, and the hot path of every conversion.
-    data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset = (
-        _HEAD_STRUCT.unpack_from(_HeadBytes.from_address(address))
+    data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset = _HEAD_STRUCT.unpack_from(
+        _HeadBytes.from_address(address)
     )
     if not 0 <= ndim <= MAX_NDIM:
         raise CapsuleError(f"DLPack capsule has ndim={ndim}; expected 0..{MAX_NDIM}")
@@ -345,7 +343,9 @@ class Carrier:
         self._capsule = capsule
         self._device = device
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None) -> Any:
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
         capsule, self._capsule = self._capsule, None
         if capsule is None:
             raise CapsuleError("this capsule was already handed to a consumer")

@@ -43,7 +43,9 @@ def test_cupy_13_3_never_receives_a_dtype_it_would_crash_on() -> None:
 
     caps = capabilities("cupy", "13.3.0")
     for name, d in BY_NAME.items():
-        info = DLPackInfo(name, d.code, d.bits, d.lanes, "cuda", 0, (2,), None, 0, 1 << 20, False, False, None, "torch", 0, 2)
+        info = DLPackInfo(
+            name, d.code, d.bits, d.lanes, "cuda", 0, (2,), None, 0, 1 << 20, False, False, None, "torch", 0, 2
+        )
         for fallback in ("raise", "view", "upcast"):
             try:
                 plan = plan_for(info, caps, fallback)  # type: ignore[arg-type]

@@ -43,7 +43,9 @@ def test_copy_false_forbids_device_moves() -> None:
 
 
 def test_unknown_target_lists_the_valid_ones() -> None:
-    with pytest.raises(dlbridge.OptionError, match=r"unknown target framework 'tensorflow'; expected one of: cupy, jax, numpy, torch"):
+    with pytest.raises(
+        dlbridge.OptionError, match=r"unknown target framework 'tensorflow'; expected one of: cupy, jax, numpy, torch"
+    ):
         dlbridge.convert(torch.zeros(1), "tensorflow")
 
 

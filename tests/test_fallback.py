@@ -94,14 +94,18 @@ def test_explicit_dtype_reinterprets_zero_copy() -> None:
 
 
 def test_explicit_dtype_must_keep_the_width() -> None:
-    with pytest.raises(dlbridge.OptionError, match=r"dtype='float32' \(32 bits\) cannot reinterpret .*uint16.* \(16 bits\)"):
+    with pytest.raises(
+        dlbridge.OptionError, match=r"dtype='float32' \(32 bits\) cannot reinterpret .*uint16.* \(16 bits\)"
+    ):
         dlbridge.to_torch(torch.zeros(3, dtype=torch.uint16), dtype="float32")
     with pytest.raises(dlbridge.OptionError, match="not a dtype dlbridge knows"):
         dlbridge.to_torch(torch.zeros(3), dtype="float33")
 
 
 def test_bad_fallback_value() -> None:
-    with pytest.raises(dlbridge.OptionError, match="fallback='copy' is not a fallback; expected one of 'raise', 'view', 'upcast'"):
+    with pytest.raises(
+        dlbridge.OptionError, match="fallback='copy' is not a fallback; expected one of 'raise', 'view', 'upcast'"
+    ):
         dlbridge.to_torch(torch.zeros(1), fallback="copy")
 
 

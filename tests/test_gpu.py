@@ -41,7 +41,9 @@ def _gpu_source(framework: str, dtype: str, layout: str):
 
 
 def _ptr(framework: str, arr) -> int:
-    return {"torch": lambda a: a.data_ptr(), "cupy": lambda a: a.data.ptr, "jax": lambda a: a.unsafe_buffer_pointer()}[framework](arr)
+    return {"torch": lambda a: a.data_ptr(), "cupy": lambda a: a.data.ptr, "jax": lambda a: a.unsafe_buffer_pointer()}[
+        framework
+    ](arr)
 
 
 def _holds(consumer: str, dtype: str) -> bool:

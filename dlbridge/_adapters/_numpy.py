@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from .._capsule import relabel
@@ -7,6 +8,7 @@ from .._dtypes import BY_NAME
 from ._base import Adapter, export_capsule
 
 
+@lru_cache(maxsize=64)
 def numpy_dtype(name: str) -> Any:
     """NumPy dtype for a dlbridge name; bf16/fp8 come from ml_dtypes (imported here only)."""
     import numpy as np

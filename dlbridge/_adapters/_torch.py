@@ -18,8 +18,6 @@ class TorchAdapter(Adapter):
         # Another framework cannot carry autograd history; torch refuses to export without detach.
         if obj.requires_grad:
             obj = obj.detach()
-        if stream is None and obj.device.type != "cpu":
-            stream = -1  # only reached for explicit "no sync"; CUDA callers pass a real stream
         return export_capsule(obj, stream=stream, max_version=max_version)
 
     def current_stream(self, device: tuple[int, int]) -> int | None:
