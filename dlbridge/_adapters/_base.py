@@ -79,6 +79,10 @@ class Adapter:
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         return export_capsule(obj, stream=stream, max_version=max_version)
 
+    def has_cuda(self) -> bool:
+        """Whether this framework sees a CUDA device in this process (imports it)."""
+        return False
+
     def current_stream(self, device: tuple[int, int]) -> int | None:
         """The stream this framework would use on ``device``, as DLPack's ``stream=`` integer."""
         return None

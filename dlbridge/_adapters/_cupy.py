@@ -13,6 +13,12 @@ class CupyAdapter(Adapter):
     producer_modules = ("cupy", "cupy_backends")
     device_codes = frozenset({2, 13})
 
+    def has_cuda(self) -> bool:
+        try:
+            return bool(self.mod.cuda.runtime.getDeviceCount() > 0)
+        except Exception:  # no driver, no device, or CuPy not importable
+            return False
+
     def current_stream(self, device: tuple[int, int]) -> int | None:
         cuda = self.mod.cuda
         with cuda.Device(device[1]):

@@ -39,6 +39,12 @@ class JaxAdapter(Adapter):
             return 'JAX runs without 64-bit types: jax.config.update("jax_enable_x64", True) lets it hold them.'
         return None
 
+    def has_cuda(self) -> bool:
+        try:
+            return bool(self.mod.devices("gpu"))
+        except Exception:  # RuntimeError: no GPU backend
+            return False
+
     def _device(self, device: tuple[int, int]) -> Any:
         platform = "cpu" if device[0] == 1 else "gpu"
         return self.mod.devices(platform)[device[1]] if platform == "gpu" else self.mod.devices("cpu")[0]

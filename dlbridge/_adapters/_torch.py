@@ -20,6 +20,12 @@ class TorchAdapter(Adapter):
             obj = obj.detach()
         return export_capsule(obj, stream=stream, max_version=max_version)
 
+    def has_cuda(self) -> bool:
+        try:
+            return bool(self.mod.cuda.is_available())
+        except Exception:
+            return False
+
     def current_stream(self, device: tuple[int, int]) -> int | None:
         if device[0] not in (2, 10):
             return None

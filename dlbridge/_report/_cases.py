@@ -157,37 +157,12 @@ def host_bytes(framework: str, arr: Any) -> Any:
 
 def native_import(consumer: str, src: Any) -> Any:
     """The consumer's own ``from_dlpack`` on the producer's array."""
-    if consumer == "jax":
-        import jax.dlpack
-
-        return jax.dlpack.from_dlpack(src)
-    return importlib.import_module(ADAPTERS[consumer].module).from_dlpack(src)
+    return ADAPTERS[consumer].from_dlpack()(src)
 
 
 def cuda_producers(frameworks: list[str]) -> list[str]:
     """Which of ``frameworks`` see a CUDA device here (imports them: worker only)."""
-    found = []
-    for name in frameworks:
-        try:
-            if name == "torch":
-                import torch
-
-                ok = bool(torch.cuda.is_available())
-            elif name == "cupy":
-                import cupy
-
-                ok = cupy.cuda.runtime.getDeviceCount() > 0
-            elif name == "jax":
-                import jax
-
-                ok = bool(jax.devices("gpu"))
-            else:
-                ok = False
-        except Exception:
-            ok = False
-        if ok:
-            found.append(name)
-    return found
+    return [name for name in frameworks if ADAPTERS[name].has_cuda()]
 
 
 def gpu_info(frameworks: list[str]) -> str | None:
