@@ -4,7 +4,6 @@ from functools import cached_property
 from typing import Any
 
 from .._capabilities import Capabilities
-from .._capsule import device_name
 from ._base import Adapter
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
@@ -84,6 +83,3 @@ class JaxAdapter(Adapter):
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
         jnp = self.mod.numpy
         return jnp.asarray(table, dtype=jnp.float32)[u8]
-
-    def device_label(self, device: tuple[int, int]) -> str:
-        return device_name(device[0])
