@@ -9,7 +9,6 @@ deleter exactly once.
 from __future__ import annotations
 
 import ctypes
-import datetime as _datetime
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,7 +19,6 @@ from ._errors import CapsuleError
 
 __all__ = ["DLPackInfo", "CapsuleType", "read", "relabel", "clear_readonly", "Carrier"]
 
-CapsuleType: type = type(_datetime.datetime_CAPI)  # types.CapsuleType only exists from 3.13
 
 LEGACY = b"dltensor"
 VERSIONED = b"dltensor_versioned"
@@ -36,6 +34,14 @@ MAX_NDIM = 64
 _api = ctypes.pythonapi
 _get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", _api))
 _get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
+_new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", _api)
+)
+_TYPE_PROBE_NAME = b"dlbridge.type_probe"  # must outlive the probe capsule: module constant
+# types.CapsuleType only exists from 3.13; a capsule made here (no destructor) gives the type
+# without importing a module that happens to export one.
+CapsuleType: type = type(_new_capsule(1, _TYPE_PROBE_NAME, None))
+
 
 _DEVICE_NAMES = {
     1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi",

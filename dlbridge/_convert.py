@@ -7,9 +7,8 @@ DLPack producer is covered. A capsule the target would reject is never handed to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _logical
 from ._adapters import ADAPTERS, Adapter, adapter_for, adapter_named, export_capsule, producer_name
@@ -33,8 +32,7 @@ __all__ = ["convert", "inspect", "Plan", "plan_for", "MAX_VERSION"]
 MAX_VERSION = (1, 3)  # newest DLPack struct layout dlbridge reads (major 1)
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """What dlbridge will do with one capsule for one target (also used by guard and report)."""
 
     mode: str  # "native", "reinterpret", "view", "upcast"

@@ -13,7 +13,7 @@ import functools
 import inspect as _inspect
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from ._adapters import Adapter, adapter_for, adapter_named
 from ._capsule import device_name
@@ -36,13 +36,15 @@ _BY_KEYWORD = (_Kind.POSITIONAL_OR_KEYWORD, _Kind.KEYWORD_ONLY)
 _CALL_PREFIX = re.compile(r"^(to_\w+\(\)|\w+): ")
 
 
-class _Decorator(Protocol):
-    @overload
-    def __call__(self, fn: staticmethod[_P, _R], /) -> staticmethod[_P, _R]: ...
-    @overload
-    def __call__(self, fn: classmethod[_T, _P, _R], /) -> classmethod[_T, _P, _R]: ...
-    @overload
-    def __call__(self, fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
+if TYPE_CHECKING:  # only type checkers need it; building a Protocol at import costs milliseconds
+
+    class _Decorator(Protocol):
+        @overload
+        def __call__(self, fn: staticmethod[_P, _R], /) -> staticmethod[_P, _R]: ...
+        @overload
+        def __call__(self, fn: classmethod[_T, _P, _R], /) -> classmethod[_T, _P, _R]: ...
+        @overload
+        def __call__(self, fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
 
 
 def guard(to: Any, /, *, args: Sequence[str | int] | None = None, returns: Any = NOT_GIVEN,
