@@ -21,9 +21,13 @@ class CupyAdapter(Adapter):
 
     def current_stream(self, device: tuple[int, int]) -> int | None:
         cuda = self.mod.cuda
-        with cuda.Device(device[1]):
-            ptr = cuda.get_current_stream().ptr
-        return ptr or 1  # 0 is the legacy default stream, spelled 1 in DLPack
+        try:
+            ptr = cuda.get_current_stream(device[1]).ptr  # no device switch (CuPy >= 11)
+        except TypeError:
+            with cuda.Device(device[1]):
+                ptr = cuda.get_current_stream().ptr
+        # 0 is the legacy default stream, spelled 1 in DLPack (the per-thread default is already 2)
+        return ptr or 1
 
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(numpy_dtype(dtype))
