@@ -12,9 +12,10 @@ import ctypes
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from math import prod
+from typing import Any, NoReturn
 
-from ._dtypes import DType, dtype_name
+from ._dtypes import BY_TRIPLE, DType, dtype_name
 from ._errors import CapsuleError
 
 __all__ = ["DLPackInfo", "CapsuleType", "read", "relabel", "clear_readonly", "Carrier"]
@@ -182,87 +183,92 @@ def capsule_name(capsule: object) -> bytes | None:
     return _get_name(capsule)
 
 
-def _tensor_address(capsule: object) -> tuple[int, bool, int, tuple[int, int] | None]:
-    """(address of the DLTensor, versioned?, flags, version); raises CapsuleError."""
+def _tensor_address(capsule: object) -> int:
+    """Address of the capsule's DLTensor (for the in-place writers); raises CapsuleError."""
     if type(capsule) is not CapsuleType:
         raise CapsuleError(f"expected a DLPack capsule, got {type(capsule).__name__}")
     name = _get_name(capsule)
     if name == LEGACY:
-        return _get_pointer(capsule, LEGACY) or _null(name), False, 0, None
+        return _get_pointer(capsule, LEGACY) or _null(name)
     if name == VERSIONED:
         address = _get_pointer(capsule, VERSIONED) or _null(name)
         head = _VersionedHead.from_address(address)
-        version = (head.major, head.minor)
         if head.major != SUPPORTED_MAJOR:
-            raise CapsuleError(
-                f"DLPack capsule has version {version[0]}.{version[1]}; dlbridge reads major "
-                f"version {SUPPORTED_MAJOR}. Ask the producer for max_version=(1, 0)."
-            )
-        return address + _OFF_VERSIONED_TENSOR, True, head.flags, version
-    if name in USED:
-        raise CapsuleError(
-            f"DLPack capsule {name.decode()!r} was already consumed; a capsule can be imported "
-            "once. Call __dlpack__() again on the source array for a new one."
-        )
-    shown = name.decode(errors="replace") if name is not None else None
-    raise CapsuleError(f"not a DLPack capsule: its name is {shown!r}, expected 'dltensor' or 'dltensor_versioned'")
+            _unsupported_major(head.major, head.minor)
+        return address + _OFF_VERSIONED_TENSOR
+    _bad_name(name)
 
 
-def _null(name: bytes) -> int:
+def _null(name: bytes) -> NoReturn:
     raise CapsuleError(f"DLPack capsule {name.decode()!r} holds a NULL pointer")
 
 
-_INT64_ARRAYS: dict[int, Any] = {}
+# One (struct, bytes type) per ndim: a ctypes bytes view at the address and one unpack give the
+# int64 tuple directly, ~2x cheaper than tuple((c_int64 * n).from_address(p)[:]).
+_INT64_READERS: dict[int, tuple[Any, Any]] = {}
 
 
-def _int64_array(ndim: int) -> Any:
-    array = _INT64_ARRAYS[ndim] = ctypes.c_int64 * ndim
-    return array
+def _int64_reader(ndim: int) -> tuple[Any, Any]:
+    unpacker = struct.Struct(f"@{ndim}q")
+    reader = _INT64_READERS[ndim] = (unpacker.unpack_from, ctypes.c_char * unpacker.size)
+    return reader
 
 
-_N_INFO_FIELDS = len(DLPackInfo.__dataclass_fields__)
+# The versioned header and the DLTensor that follows it, in one unpack.
+_VERSIONED_STRUCT = struct.Struct("@IIPPQ" + _HEAD_STRUCT.format.lstrip("@"))
+_VersionedBytes = ctypes.c_char * _VERSIONED_STRUCT.size
+assert _VERSIONED_STRUCT.size == _OFF_VERSIONED_TENSOR + _HEAD_STRUCT.size
 
-
-def _new_info(fields: dict[str, Any]) -> DLPackInfo:
-    """A DLPackInfo built without the frozen dataclass ``__init__``.
-
-    That ``__init__`` pays one ``object.__setattr__`` per field (16): filling ``__dict__`` at
-    once makes the same object (equal, hashable, frozen) about 6x faster, and ``read`` runs on
-    every conversion. ``fields`` must name every field (a cheap count check; a wrong name shows
-    up in any ``==``/``repr``, which read every field).
-    """
-    assert len(fields) == _N_INFO_FIELDS, "read() must fill every DLPackInfo field"
-    info = object.__new__(DLPackInfo)
-    info.__dict__.update(fields)
-    return info
+# read() builds DLPackInfo without the frozen dataclass __init__, which pays one object.__setattr__
+# per field (16): installing __dict__ at once gives the same object (equal, hashable, frozen)
+# several times faster. tests/test_inspect.py checks it against one built by the dataclass.
+_object_new, _object_setattr = object.__new__, object.__setattr__
 
 
 def read(capsule: object, producer: str | None = None) -> DLPackInfo:
-    """Read a capsule's tensor description. Never consumes it; raises CapsuleError when malformed."""
-    address, versioned, flags, version = _tensor_address(capsule)
-    # One struct unpack reads every scalar of the DLTensor (the same layout as _Head): cheaper
-    # than ten ctypes field reads, and the hot path of every conversion.
-    data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset = _HEAD_STRUCT.unpack_from(
-        _HeadBytes.from_address(address)
-    )
+    """Read a capsule's tensor description. Never consumes it; raises CapsuleError when malformed.
+
+    The hot path of every conversion: two C-API calls (name, pointer), one struct unpack for the
+    header, one per shape/strides array, and a range check; everything else is for errors.
+    """
+    if type(capsule) is not CapsuleType:
+        raise CapsuleError(f"expected a DLPack capsule, got {type(capsule).__name__}")
+    name = _get_name(capsule)
+    if name == VERSIONED:
+        address = _get_pointer(capsule, VERSIONED) or _null(name)
+        major, minor, _, _, flags, data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, \
+            byte_offset = _VERSIONED_STRUCT.unpack_from(_VersionedBytes.from_address(address))  # fmt: skip
+        if major != SUPPORTED_MAJOR:
+            _unsupported_major(major, minor)
+        versioned, version = True, (major, minor)
+    elif name == LEGACY:
+        address = _get_pointer(capsule, LEGACY) or _null(name)
+        data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset = (
+            _HEAD_STRUCT.unpack_from(_HeadBytes.from_address(address))
+        )
+        versioned, flags, version = False, 0, None
+    else:
+        _bad_name(name)
     if not 0 <= ndim <= MAX_NDIM:
         raise CapsuleError(f"DLPack capsule has ndim={ndim}; expected 0..{MAX_NDIM}")
-    if ndim and not shape_at:
-        raise CapsuleError(f"DLPack capsule has ndim={ndim} but a NULL shape pointer")
     if ndim:
-        # One cached array type per ndim, sliced to a list in C: ~4x cheaper than tuple(c_int64 * n).
-        int64s = _INT64_ARRAYS.get(ndim) or _int64_array(ndim)
-        shape = tuple(int64s.from_address(shape_at)[:])
+        if not shape_at:
+            raise CapsuleError(f"DLPack capsule has ndim={ndim} but a NULL shape pointer")
+        unpack, raw = _INT64_READERS.get(ndim) or _int64_reader(ndim)
+        shape = unpack(raw.from_address(shape_at))
         if min(shape) < 0:
             raise CapsuleError(f"DLPack capsule has a negative dimension in shape {list(shape)}")
-        strides = tuple(int64s.from_address(strides_at)[:]) if strides_at else None
+        strides = unpack(raw.from_address(strides_at)) if strides_at else None
     else:
         shape, strides = (), None
     if bits == 0 or lanes == 0:
         raise CapsuleError(f"DLPack capsule has dtype bits={bits}, lanes={lanes}; both must be >= 1")
-    info = _new_info(
+    info = _object_new(DLPackInfo)
+    _object_setattr(
+        info,
+        "__dict__",
         {
-            "dtype": dtype_name(code, bits, lanes),
+            "dtype": BY_TRIPLE.get((code, bits, lanes)) or dtype_name(code, bits, lanes),
             "code": code,
             "bits": bits,
             "lanes": lanes,
@@ -278,13 +284,36 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
             "producer": producer,
             "flags": flags,
             "device_code": device_type,
-        }
+        },
     )
-    if info.size:
+    size = prod(shape)
+    if size:
         if not data:
             raise CapsuleError(f"DLPack capsule for {info.describe()} has a NULL data pointer")
-        _check_reach(info)
+        if strides is None or strides == c_strides(shape):  # C order, the common case: the span is the size
+            end = data + byte_offset + size * ((bits * lanes + 7) // 8)
+            if end > 1 << 64 or end - data - byte_offset >= 1 << 63:
+                _check_reach(info)  # raises, with the full message
+        else:
+            _check_reach(info)
     return info
+
+
+def _unsupported_major(major: int, minor: int) -> NoReturn:
+    raise CapsuleError(
+        f"DLPack capsule has version {major}.{minor}; dlbridge reads major "
+        f"version {SUPPORTED_MAJOR}. Ask the producer for max_version=(1, 0)."
+    )
+
+
+def _bad_name(name: bytes | None) -> NoReturn:
+    if name is not None and name in USED:
+        raise CapsuleError(
+            f"DLPack capsule {name.decode()!r} was already consumed; a capsule can be imported "
+            "once. Call __dlpack__() again on the source array for a new one."
+        )
+    shown = name.decode(errors="replace") if name is not None else None
+    raise CapsuleError(f"not a DLPack capsule: its name is {shown!r}, expected 'dltensor' or 'dltensor_versioned'")
 
 
 @lru_cache(maxsize=256)
@@ -323,15 +352,14 @@ def relabel(capsule: object, dtype: DType) -> None:
 
     Only called with a dtype of the same total width, on a capsule nobody has consumed yet.
     """
-    address = _tensor_address(capsule)[0]
-    head = _Head.from_address(address)
+    head = _Head.from_address(_tensor_address(capsule))
     head.code, head.bits, head.lanes = dtype.code, dtype.bits, dtype.lanes
 
 
 def clear_readonly(capsule: object) -> None:
     """Drop READ_ONLY so a consumer that refuses it can import for an immediate copy."""
-    address, versioned, _, _ = _tensor_address(capsule)
-    if versioned:
+    address = _tensor_address(capsule)
+    if _get_name(capsule) == VERSIONED:
         flags = ctypes.c_uint64.from_address(address - _OFF_VERSIONED_TENSOR + _OFF_VERSIONED_FLAGS)
         flags.value &= ~FLAG_READ_ONLY
 

@@ -61,7 +61,7 @@ def inspect(x: Any) -> DLPackInfo:
 
 def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: Any = None, target: str = "") -> Plan:
     """Decide how ``info`` reaches a consumer with ``caps``; raises UnsupportedDtypeError."""
-    logical = _logical_dtype(info, dtype)
+    logical = info.dtype if dtype is None and info.code != 1 else _logical_dtype(info, dtype)
     if logical in caps.imports:
         return _native_plan(logical)
     width = BY_NAME[logical].width if logical in BY_NAME else info.bits * info.lanes
@@ -146,26 +146,30 @@ def convert(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None,
 
 def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
              stream: int | None) -> Any:  # fmt: skip
-    if copy not in (None, True, False):
+    # The hot path of every conversion: kept flat (few calls) on purpose; see BENCHMARKS.md.
+    if copy is not None and copy is not True and copy is not False:
         raise OptionError(f"copy={copy!r}; expected True, False or None")
-    if type(x) is CapsuleType:
+    cls = type(x)
+    if cls is CapsuleType:
         return _from_capsule(x, target, fallback, dtype, device, copy, stream)
-    if not hasattr(type(x), "__dlpack__"):
-        raise NotAnArrayError(
-            f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {type(x).__module__}."
-            f"{type(x).__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
-        )
     source = adapter_for(x)
+    if source is None and not hasattr(cls, "__dlpack__"):
+        raise NotAnArrayError(
+            f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {cls.__module__}."
+            f"{cls.__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
+        )
     src_dev = device_of(x)
-    dst_dev = parse_device(device, src_dev)
+    dst_dev = src_dev if device is None else parse_device(device, src_dev)
     if device is None and copy and src_dev[0] not in target.device_codes:
         dst_dev = (1, 0) if 1 in target.device_codes else (2, 0)  # copy=True: the target's home device
     if dst_dev != src_dev or src_dev[0] not in target.device_codes:
         return _cross_device(x, source, target, src_dev, dst_dev, fallback, dtype, device, copy)
     caps = target.capabilities()
-    wire_stream = stream_for(stream, target, src_dev)
+    wire_stream = None if stream is None and src_dev[0] == 1 else stream_for(stream, target, src_dev)
     capsule = _export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy)
-    info = check_device(read(capsule, source.name if source is not None else producer_name(x)), src_dev)
+    info = read(capsule, source.name if source is not None else producer_name(x))
+    if info.device_code != src_dev[0] or info.device_id != src_dev[1]:
+        check_device(info, src_dev)  # raises: the capsule is not where __dlpack_device__ said
     if _needs_layout_copy(info, caps):
         if copy is False:
             raise LayoutError(_layout_message(info, caps, target))
@@ -191,7 +195,10 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
 
 def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback,
             dtype: Any, copy: bool | None) -> Any:  # fmt: skip
-    plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
+    if dtype is None and info.code != 1 and info.dtype in caps.imports:
+        plan = _native_plan(info.dtype)  # the common case, without building plan_for's message prefix
+    else:
+        plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
     if info.versioned and not caps.versioned_capsules:
         raise CapsuleError(
             f"to_{target.name}(): {caps.consumer} {caps.version} reads only legacy 'dltensor' capsules, and "
@@ -224,6 +231,8 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
             f"to_{target.name}(): {caps.consumer} copied {info.describe()} on import (address "
             f"{info.data_ptr:#x} is not aligned the way it needs); copy=False forbids that. Pass copy=None."
         )
+    if plan.mode == "native":
+        return target.copy(result) if copy is True else result
     if plan.mode == "reinterpret":
         result = target.view(result, plan.logical)
     elif plan.mode == "view":

@@ -51,7 +51,8 @@ BY_NAME: dict[str, DType] = {
     # torch's packed pair of fp4 values: code 17, bits 4, lanes 2 (non-standard but real).
     "float4_e2m1fn_x2": DType(17, 4, 2),
 }
-_BY_TRIPLE: dict[DType, str] = {v: k for k, v in BY_NAME.items()}
+# (code, bits, lanes) -> name; a DType hashes and compares as its plain tuple.
+BY_TRIPLE: dict[tuple[int, int, int], str] = {(v.code, v.bits, v.lanes): k for k, v in BY_NAME.items()}
 
 FLOAT8 = frozenset(n for n in BY_NAME if n.startswith("float8_"))
 STANDARD = frozenset(n for n, d in BY_NAME.items() if d.code in (0, 1, 2, 5, 6))
@@ -59,10 +60,10 @@ STANDARD = frozenset(n for n, d in BY_NAME.items() if d.code in (0, 1, 2, 5, 6))
 
 def dtype_name(code: int, bits: int, lanes: int = 1) -> str:
     """Name of a DLPack dtype; unknown combinations get a descriptive name, never an error."""
-    name = _BY_TRIPLE.get((code, bits, lanes))  # type: ignore[call-overload]  # a DType hashes as its tuple
+    name = BY_TRIPLE.get((code, bits, lanes))
     if name is not None:
         return name
-    base = _BY_TRIPLE.get(DType(code, bits, 1))
+    base = BY_TRIPLE.get(DType(code, bits, 1))
     if base is not None:
         return f"{base}x{lanes}"
     prefix = _CODE_PREFIX.get(code)

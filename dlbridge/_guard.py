@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect as _inspect
-import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
@@ -21,6 +20,7 @@ from ._convert import _convert, inspect, plan_for
 from ._devices import device_of
 from ._dtypes import DType, dtype_name, lookup
 from ._errors import DeviceMismatchError, DLBridgeError, NotAnArrayError, OptionError, ReadOnlyError
+from ._guard_messages import call_head, describe, in_context
 from ._options import NOT_GIVEN, Fallback, check_fallback, resolve_fallback
 
 _P = ParamSpec("_P")
@@ -33,7 +33,6 @@ _CONTAINERS = (tuple, list, dict)
 _Kind = _inspect.Parameter
 _NAMED = (_Kind.POSITIONAL_ONLY, _Kind.POSITIONAL_OR_KEYWORD)
 _BY_KEYWORD = (_Kind.POSITIONAL_OR_KEYWORD, _Kind.KEYWORD_ONLY)
-_CALL_PREFIX = re.compile(r"^(to_\w+\(\)|\w+): ")
 
 
 if TYPE_CHECKING:  # only type checkers need it; building a Protocol at import costs milliseconds
@@ -279,7 +278,7 @@ class _Call:
         try:
             new = _convert(x, spec.target, fb, None, spec.device, spec.copy, spec.stream)
         except DLBridgeError as err:
-            raise _in_context(err, spec, where, x) from err.__cause__
+            raise in_context(err, spec, where, x) from err.__cause__
         if fb == "view":
             self.note_view(x, new, where)
         self.given[id(new)] = (new, x)
@@ -307,7 +306,7 @@ class _Call:
         if dev[0] not in spec.target.device_codes:
             where_ok = sorted({device_name(c) for c in spec.target.device_codes})
             raise DeviceMismatchError(
-                f"{_head(spec, where)}: received {_describe(x)}; {spec.target.name} arrays live on "
+                f"{call_head(spec, where)}: received {describe(x)}; {spec.target.name} arrays live on "
                 f"{' or '.join(where_ok)}, and convert=False moves nothing. Pass the argument on "
                 f'{where_ok[0]}, or drop convert=False and pass device="{where_ok[0]}" to the guard'
             )
@@ -315,7 +314,7 @@ class _Call:
             plan_for(inspect(x), spec.target.capabilities(), "raise", None, spec.target.name)
         except DLBridgeError as err:
             hint = " convert=False converts nothing: drop it to let the guard convert with that fallback."
-            raise _in_context(err, spec, where, x, hint if "fallback=" in str(err) else "") from None
+            raise in_context(err, spec, where, x, hint if "fallback=" in str(err) else "") from None
 
     # --- results -----------------------------------------------------------------------------
 
@@ -355,7 +354,7 @@ class _Call:
                 # cannot share: results need only their values, so let the producer copy it.
                 return _convert(r, back, fb, dtype, device, True, None)
         except DLBridgeError as err:
-            raise _in_context(err, spec, where, r, returned=True) from err.__cause__
+            raise in_context(err, spec, where, r, returned=True) from err.__cause__
 
 
 def _map(value: Any, convert: Callable[[Any, Any], Any]) -> Any:
@@ -388,28 +387,3 @@ def _device(x: Any) -> tuple[int, int]:
         return device_of(x)
     except DLBridgeError:
         return (0, 0)  # unknown: never equal to a real device, so results are converted
-
-
-def _describe(x: Any) -> str:
-    try:
-        return inspect(x).describe()
-    except Exception:
-        return f"{type(x).__module__}.{type(x).__qualname__}"
-
-
-def _in_context(err: DLBridgeError, spec: _Spec, where: tuple[Any, ...], x: Any, extra: str = "",
-                returned: bool = False) -> DLBridgeError:  # fmt: skip
-    """The same exception class, its message prefixed with the function, argument and value received."""
-    inner = _CALL_PREFIX.sub("", str(err), count=1)
-    received = _describe(x)
-    if returned:
-        head = f"{spec.name}() returned {spec.label(where)}={received}, which could not go back"
-    elif received in inner:
-        head = _head(spec, where)
-    else:
-        head = f"{_head(spec, where)}: received {received}"
-    return type(err)(f"{head}: {inner}{extra}")
-
-
-def _head(spec: _Spec, where: tuple[Any, ...]) -> str:
-    return f"{spec.name}({spec.label(where)}=…) under @dlbridge.guard({spec.to_label!r})"

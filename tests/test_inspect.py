@@ -31,6 +31,17 @@ def test_torch_sliced_bf16_every_field() -> None:
         info.dtype = "float32"  # type: ignore[misc]
 
 
+def test_fast_construction_matches_the_dataclass() -> None:
+    """read() fills __dict__ directly (speed): the result must equal one built by the dataclass."""
+    for x in (torch.zeros(2, 3)[:, 1:], np.zeros(4, np.int16), jnp.zeros(())):
+        info = dlbridge.inspect(x)
+        assert set(vars(info)) == {f.name for f in dataclasses.fields(info)}
+        rebuilt = dlbridge.DLPackInfo(**{f.name: getattr(info, f.name) for f in dataclasses.fields(info)})
+        assert rebuilt == info and hash(rebuilt) == hash(info) and repr(rebuilt) == repr(info)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            info.shape = ()  # type: ignore[misc]
+
+
 def test_numpy_readonly_and_ml_dtypes() -> None:
     a = np.arange(6, dtype=np.float32).astype(ml_dtypes.float8_e5m2).reshape(2, 3)
     a.flags.writeable = False

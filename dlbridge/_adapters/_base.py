@@ -63,8 +63,9 @@ class Adapter:
     def version(self) -> str:
         return str(getattr(self.mod, "__version__", "0"))
 
-    @property
+    @cached_property
     def caps(self) -> Capabilities:
+        """This framework's row in the capability table (the version is fixed for the process)."""
         return capabilities(self.name, self.version)
 
     def hint(self, dtype: str) -> str | None:
@@ -92,12 +93,16 @@ class Adapter:
         """The framework's own ``from_dlpack`` function."""
         return self.mod.from_dlpack
 
+    @cached_property
+    def _from_dlpack(self) -> Any:
+        return self.from_dlpack()
+
     def import_capsule(self, capsule: Any, device: tuple[int, int], caps: Capabilities) -> Any:
         """Hand a ready capsule to the consumer: bare where it takes raw capsules (cheapest; the
         handshake is already done), else wrapped in a single-use ``Carrier``."""
         if caps.raw_capsules:
-            return self.from_dlpack()(capsule)
-        return self.from_dlpack()(Carrier(capsule, device))
+            return self._from_dlpack(capsule)
+        return self._from_dlpack(Carrier(capsule, device))
 
     def view(self, arr: Any, dtype: str) -> Any:
         """Zero-copy reinterpretation as ``dtype`` (same itemsize)."""
