@@ -18,7 +18,17 @@ from typing import Any, NoReturn
 from ._dtypes import BY_TRIPLE, DType, dtype_name
 from ._errors import CapsuleError
 
-__all__ = ["DLPackInfo", "CapsuleType", "read", "relabel", "clear_readonly", "Carrier"]
+__all__ = [
+    "DLPackInfo",
+    "CapsuleType",
+    "read",
+    "relabel",
+    "relabel_device",
+    "clear_readonly",
+    "Carrier",
+    "GPU_CODES",
+    "HOST_CODES",
+]
 
 
 LEGACY = b"dltensor"
@@ -50,6 +60,10 @@ _DEVICE_NAMES = {
     15: "webgpu", 16: "hexagon", 17: "maia", 18: "trn",
 }  # fmt: skip
 DEVICE_CODES = {v: k for k, v in _DEVICE_NAMES.items()}
+# Device memory a CUDA/ROCm stream orders (the DLPack stream handshake applies).
+GPU_CODES = frozenset({2, 10, 13})
+# Page-locked host memory (torch's pinned tensors): plain CPU memory to any CPU consumer.
+HOST_CODES = frozenset({3, 11})
 
 
 def device_name(device_type: int) -> str:
@@ -354,6 +368,12 @@ def relabel(capsule: object, dtype: DType) -> None:
     """
     head = _Head.from_address(_tensor_address(capsule))
     head.code, head.bits, head.lanes = dtype.code, dtype.bits, dtype.lanes
+
+
+def relabel_device(capsule: object, device: tuple[int, int]) -> None:
+    """Rewrite the capsule's device (pinned host memory -> CPU) before a consumer reads it."""
+    head = _Head.from_address(_tensor_address(capsule))
+    head.device_type, head.device_id = device
 
 
 def clear_readonly(capsule: object) -> None:

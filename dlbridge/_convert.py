@@ -7,13 +7,26 @@ DLPack producer is covered. A capsule the target would reject is never handed to
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from dataclasses import replace
 from functools import cache
 from typing import Any, NamedTuple
 
 from . import _logical
 from ._adapters import ADAPTERS, Adapter, adapter_for, adapter_named, export_capsule, producer_name
 from ._capabilities import Capabilities, missing_requirements
-from ._capsule import CapsuleType, DLPackInfo, c_strides, clear_readonly, device_name, read, relabel
+from ._capsule import (
+    GPU_CODES,
+    HOST_CODES,
+    CapsuleType,
+    DLPackInfo,
+    c_strides,
+    clear_readonly,
+    device_name,
+    read,
+    relabel,
+    relabel_device,
+)
 from ._devices import check_device, device_of, parse_device, stream_for
 from ._dtypes import BY_NAME, DType, decode_table, lookup, unsigned_of_width
 from ._errors import (
@@ -50,9 +63,10 @@ def inspect(x: Any) -> DLPackInfo:
             f"dlbridge.inspect needs an object with __dlpack__ or a DLPack capsule, got {type(x).__name__}"
         )
     device = device_of(x)
-    # stream=-1: no synchronisation, nothing reads the data.
-    stream = -1 if device[0] in (2, 10) else None
-    capsule = _export(x, source, stream, MAX_VERSION)
+    # No synchronisation: nothing reads the data (-1 in DLPack; JAX needs None, see its adapter).
+    stream = (-1 if source is None else source.no_sync_stream) if device[0] in GPU_CODES else None
+    with source.on_device(device) if source is not None and device[0] in GPU_CODES else nullcontext():
+        capsule = _export(x, source, stream, MAX_VERSION)
     return check_device(read(capsule, producer_name(x)), device)
 
 
@@ -159,17 +173,28 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
             f"{cls.__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
         )
     src_dev = device_of(x)
-    dst_dev = src_dev if device is None else parse_device(device, src_dev)
-    if device is None and copy and src_dev[0] not in target.device_codes:
+    # Pinned host memory is CPU memory to a CPU consumer: it is shared as such (device relabelled).
+    home = (1, 0) if src_dev[0] in HOST_CODES and src_dev[0] not in target.device_codes else src_dev
+    dst_dev = home if device is None else parse_device(device, home)
+    if device is None and copy and home[0] not in target.device_codes:
         dst_dev = (1, 0) if 1 in target.device_codes else (2, 0)  # copy=True: the target's home device
-    if dst_dev != src_dev or src_dev[0] not in target.device_codes:
-        return _cross_device(x, source, target, src_dev, dst_dev, fallback, dtype, device, copy)
+    if dst_dev != home or home[0] not in target.device_codes:
+        return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy)
     caps = target.capabilities()
-    wire_stream = None if stream is None and src_dev[0] == 1 else stream_for(stream, target, src_dev)
-    capsule = _export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy)
+    if src_dev[0] in GPU_CODES:
+        wire_stream = _gpu_stream(stream, source, target, src_dev)
+        with source.on_device(src_dev) if source is not None else nullcontext():
+            capsule = _export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy)
+    else:
+        if stream is not None:
+            raise OptionError(f"stream={stream!r} on {device_name(src_dev[0])}: only stream=None is valid off the GPU")
+        capsule = _export(x, source, None, MAX_VERSION if caps.versioned_capsules else None, copy)
     info = read(capsule, source.name if source is not None else producer_name(x))
     if info.device_code != src_dev[0] or info.device_id != src_dev[1]:
         check_device(info, src_dev)  # raises: the capsule is not where __dlpack_device__ said
+    if home != src_dev:
+        relabel_device(capsule, home)
+        info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
     if _needs_layout_copy(info, caps):
         if copy is False:
             raise LayoutError(_layout_message(info, caps, target))
@@ -179,9 +204,25 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
     return _import(capsule, info, target, caps, fallback, dtype, copy)
 
 
+def _gpu_stream(stream: int | None, source: Adapter | None, target: Adapter, device: tuple[int, int]) -> int | None:
+    """The stream= a GPU producer is given: the consumer's current stream, or the caller's."""
+    if stream is not None and stream != -1 and not target.honours_stream:
+        raise OptionError(
+            f"stream={stream!r}: {target.name} imports on a stream of its own choosing, so the producer would "
+            f"synchronise with a stream {target.name} does not read on; pass stream=None (dlbridge then "
+            f"synchronises with {target.name}'s stream) or stream=-1 (no synchronisation)"
+        )
+    wire = stream_for(stream, target, device)
+    return source.no_sync_stream if wire == -1 and source is not None else wire
+
+
 def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any,
                   copy: bool | None, stream: int | None) -> Any:  # fmt: skip
     info = read(capsule)
+    pinned = info.device_code in HOST_CODES and info.device_code not in target.device_codes
+    if pinned and 1 in target.device_codes and parse_device(device, (1, 0)) == (1, 0):  # host memory: CPU
+        relabel_device(capsule, (1, 0))
+        info = replace(info, device_type="cpu", device_code=1, device_id=0)
     if parse_device(device, info.device) != info.device or info.device_code not in target.device_codes:
         raise DeviceMismatchError(
             f"to_{target.name}(): a raw capsule on {info.device_type} cannot be moved; pass the array "
@@ -233,17 +274,24 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
         )
     if plan.mode == "native":
         return target.copy(result) if copy is True else result
+    result = _finish(result, plan, target, info)
+    return target.copy(result) if copy is True and plan.mode != "upcast" else result
+
+
+def _finish(result: Any, plan: Plan, target: Adapter, info: DLPackInfo | None) -> Any:
+    """Turn what the target imported (``plan.wire``) into what the caller gets (``plan.logical``).
+
+    ``info`` describes ``result``'s memory (None: inspect it). An upcast returns a fresh copy.
+    """
     if plan.mode == "reinterpret":
-        result = target.view(result, plan.logical)
-    elif plan.mode == "view":
-        _logical.remember(result, info, plan.logical)
+        return target.view(result, plan.logical)
+    if plan.mode == "view":
+        _logical.remember(result, info if info is not None else inspect(result), plan.logical)
     elif plan.mode == "upcast":
         if plan.logical == "bfloat16":
-            result = target.bf16_bits_to_f32(result)
-        else:
-            result = target.lookup_f32(decode_table(plan.logical), result)  # type: ignore[arg-type]
-        return result  # already a fresh copy
-    return target.copy(result) if copy is True else result
+            return target.bf16_bits_to_f32(result)
+        return target.lookup_f32(decode_table(plan.logical), result)  # type: ignore[arg-type]
+    return result
 
 
 # --- layouts ------------------------------------------------------------------------------------
@@ -325,20 +373,31 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
         raise DeviceMismatchError(f"to_{target.name}(): {target.name} cannot live on {there}")
     # Decide the dtype first, so an unsupported one raises before any copy is made.
     probe = inspect(x)
-    plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()")
+    plan = plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()")
     if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
         moved = source.to_device(x, dst_dev)  # every adapter can bring its arrays to the host
         return _convert(moved, target, fallback, dtype, None, None, None)
-    if src_dev[0] == 1 and target.device_codes != ADAPTERS["numpy"].device_codes:
-        host = _convert(x, ADAPTERS["numpy"], fallback, dtype, None, None, None)
-        return target.from_host(host, dst_dev)
+    if src_dev[0] == 1:
+        # CPU memory its producer cannot move: the target uploads the bytes, labelled with the dtype
+        # it imports (plan.wire), and the plan is applied on the device.
+        host = _convert(x, ADAPTERS["numpy"], "raise", plan.wire, None, None, None)
+        if 1 in target.device_codes:
+            moved = target.to_device(_convert(host, target, "raise", None, None, None, None), dst_dev)
+        else:
+            moved = target.from_host(host, dst_dev)
+        return _finish(moved, plan, target, None)
     if dst_dev[0] == 1:
+        caps = target.capabilities()
         try:
-            capsule = x.__dlpack__(dl_device=dst_dev, copy=True, max_version=MAX_VERSION)
+            capsule = x.__dlpack__(
+                dl_device=dst_dev, copy=True, max_version=MAX_VERSION if caps.versioned_capsules else None
+            )
         except Exception as err:
             raise DeviceMismatchError(
                 f"to_{target.name}(): {probe.producer} cannot copy {probe.describe()} to the CPU through "
                 f"DLPack (__dlpack__(dl_device=(1, 0), copy=True) raised {type(err).__name__}: {err})"
             ) from err
+        if type(capsule) is not CapsuleType:
+            raise CapsuleError(f"{type(x).__name__}.__dlpack__(dl_device=...) returned {type(capsule).__name__}")
         return _from_capsule(capsule, target, fallback, dtype, None, None, None)
     raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")

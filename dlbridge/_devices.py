@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._adapters import Adapter
-from ._capsule import DEVICE_CODES, DLPackInfo, device_name
+from ._capsule import DEVICE_CODES, GPU_CODES, DLPackInfo, device_name
 from ._errors import CapsuleError, DeviceMismatchError, OptionError
 
 __all__ = ["device_of", "check_device", "parse_device", "stream_for"]
@@ -51,7 +51,7 @@ def parse_device(device: Any, default: tuple[int, int]) -> tuple[int, int]:
 
 
 def stream_for(stream: int | None, target: Adapter, device: tuple[int, int]) -> int | None:
-    if device[0] not in (2, 10):
+    if device[0] not in GPU_CODES:
         if stream is not None:
             raise OptionError(f"stream={stream!r} on {device_name(device[0])}: only stream=None is valid off the GPU")
         return None
@@ -63,6 +63,6 @@ def stream_for(stream: int | None, target: Adapter, device: tuple[int, int]) -> 
                 f"to_{target.name}(): the source says it is on {device_name(device[0])}:{device[1]}, which "
                 f"{target.name} cannot use in this process ({type(err).__name__}: {err})"
             ) from err
-    if stream == 0 and device[0] == 2:
+    if stream == 0 and device[0] != 10:
         raise OptionError("stream=0 is ambiguous in DLPack on CUDA; pass 1 for the legacy default stream")
     return stream

@@ -58,6 +58,24 @@ def base_shape(layout: str) -> tuple[int, ...]:
     return {"contiguous": (3, 4), "transposed": (4, 3), "sliced": (4, 6), "0-d": (), "empty": (0, 3)}[layout]
 
 
+def torch_from(full: np.ndarray):
+    """A dense CPU torch tensor with ``full``'s dtype and bits (bf16/fp8 through their raw bits)."""
+    import torch
+
+    if full.dtype == bool or not _is_ml(full):
+        return torch.from_numpy(full.copy())
+    return torch.from_numpy(full.view(f"u{full.dtype.itemsize}").copy()).view(getattr(torch, full.dtype.name))
+
+
+def apply_layout(arr, layout: str):
+    """The same indexing as ``layout_of``, on any framework's array (torch, CuPy): a view, no copy."""
+    if layout == "transposed":
+        return arr.T
+    if layout == "sliced":
+        return arr[1:, 2:]
+    return arr
+
+
 def make_source(framework: str, dtype: str, layout: str):
     """(source array in ``framework``, NumPy array with the same logical values)."""
     full = reference(dtype, base_shape(layout))
@@ -65,20 +83,7 @@ def make_source(framework: str, dtype: str, layout: str):
     if framework == "numpy":
         return layout_of(full.copy(), layout), expected
     if framework == "torch":
-        import torch
-
-        if dtype == "bool":
-            t = torch.from_numpy(full.copy())
-        else:
-            raw = full.view(f"u{full.dtype.itemsize}") if _is_ml(full) else full
-            t = torch.from_numpy(raw.copy())
-            if _is_ml(full):
-                t = t.view(getattr(torch, dtype))
-        if layout == "transposed":
-            t = t.T
-        elif layout == "sliced":
-            t = t[1:, 2:]
-        return t, expected
+        return apply_layout(torch_from(full), layout), expected
     if framework == "jax":
         import jax.numpy as jnp
 
@@ -94,6 +99,7 @@ def to_host(framework: str, arr) -> np.ndarray:
     if framework == "torch":
         import torch
 
+        arr = arr.detach().cpu()  # .numpy() refuses CUDA tensors
         if arr.dtype == torch.bool:
             return arr.numpy()
         dtype = str(arr.dtype).removeprefix("torch.")

@@ -10,7 +10,18 @@ import numpy as np
 import pytest
 
 import dlbridge
-from tests._arrays import DTYPES, LAYOUTS, bits, dtype_name, make_source, to_host
+from tests._arrays import (
+    DTYPES,
+    LAYOUTS,
+    apply_layout,
+    base_shape,
+    bits,
+    dtype_name,
+    layout_of,
+    reference,
+    to_host,
+    torch_from,
+)
 from tests.conftest import need
 
 pytestmark = pytest.mark.gpu
@@ -20,21 +31,28 @@ CONVERT = {"torch": dlbridge.to_torch, "cupy": dlbridge.to_cupy, "jax": dlbridge
 
 
 def _gpu_source(framework: str, dtype: str, layout: str):
-    """Make the CPU source with known bits, then move it to CUDA in ``framework``."""
-    torch_src, expected = make_source("torch", dtype, layout)
+    """A CUDA source in ``framework`` with known bits; the layout is applied *on the device*, so
+    "transposed" and "sliced" really hand over strided CUDA memory (torch and CuPy)."""
+    full = reference(dtype, base_shape(layout))
+    expected = layout_of(full, layout)
     if framework == "torch":
-        return torch_src.cuda(), expected
+        return apply_layout(torch_from(full).cuda(), layout), expected
     if framework == "cupy":
         cp = need("cupy")
         if dtype.startswith("float8_"):
             pytest.skip("CuPy cannot make float8 arrays")
-        if dtype == "bfloat16":
-            return cp.asarray(np.ascontiguousarray(expected)), expected
-        arr = cp.asarray(expected)
-        return arr, expected
+        if full.dtype.type.__module__ == "ml_dtypes":
+            try:  # upload the raw bits, then label them (CuPy >= 14 holds bf16)
+                dense = cp.asarray(full.view(f"u{full.dtype.itemsize}")).view(full.dtype)
+            except (TypeError, ValueError) as err:
+                pytest.skip(f"CuPy {cp.__version__} cannot make {dtype} arrays ({err})")
+        else:
+            dense = cp.asarray(full)
+        return apply_layout(dense, layout), expected
     if framework == "jax":
         import jax
 
+        # JAX cannot slice or transpose without a copy: its "layouts" are fresh dense arrays.
         gpu = jax.devices("gpu")[0]
         return jax.device_put(np.ascontiguousarray(expected), gpu), expected
     raise ValueError(framework)
@@ -133,3 +151,79 @@ def test_stream_handshake_makes_pending_writes_visible(cuda) -> None:
         bad += total != (2 * trial + 1) * n
         torch.cuda.synchronize()
     assert bad == 0
+
+
+def test_inspect_every_cuda_producer(cuda) -> None:
+    """inspect() exports without synchronising: -1 where DLPack allows it, None for JAX (which would
+    hand -1 to XLA as a stream handle)."""
+    for producer in GPU_FRAMEWORKS:
+        need(producer)
+        src, expected = _gpu_source(producer, "float32", "contiguous")
+        info = dlbridge.inspect(src)
+        assert (info.device_type, info.device_id, info.dtype, info.shape) == ("cuda", 0, "float32", expected.shape)
+        assert info.data_ptr == _ptr(producer, src)
+
+
+@pytest.mark.parametrize("consumer", GPU_FRAMEWORKS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float8_e4m3fn"])
+def test_cpu_sources_to_cuda_with_device(cuda, consumer: str, dtype: str) -> None:
+    """NumPy (ml_dtypes) and unknown-producer CPU memory, uploaded by the consumer itself: the bytes
+    go across labelled with the dtype the consumer imports, and the plan is applied on the GPU."""
+    need(consumer)
+    from tests.ctypes_producer import CtypesArray
+
+    full = reference(dtype, (3, 4))
+    unknown = CtypesArray.from_bytes(full.tobytes(), dtype, full.shape)
+    for src in (full, unknown):
+        holder = consumer
+        if _holds(consumer, dtype):
+            out = CONVERT[consumer](src, device="cuda")
+        else:
+            with pytest.raises(dlbridge.UnsupportedDtypeError):
+                CONVERT[consumer](src, device="cuda")
+            view = CONVERT[consumer](src, device="cuda", fallback="view")
+            assert dtype_name(consumer, view) == f"uint{full.dtype.itemsize * 8}"
+            out, holder = dlbridge.to_torch(view), "torch"  # the view remembers its dtype on the GPU
+        info = dlbridge.inspect(out)
+        assert (info.device_type, info.dtype) == ("cuda", dtype)
+        np.testing.assert_array_equal(bits(to_host(holder, out)), bits(full))
+
+
+def test_pinned_torch_tensors_are_shared_as_cpu_memory(cuda) -> None:
+    """torch reports pinned tensors as kDLCUDAHost (3); CPU consumers share them zero-copy."""
+    torch = need("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4).pin_memory()
+    assert t.__dlpack_device__()[0] == 3
+    n = dlbridge.to_numpy(t)
+    assert n.__array_interface__["data"][0] == t.data_ptr() and n.tolist() == t.tolist()
+    again = dlbridge.to_torch(t)
+    assert again.data_ptr() == t.data_ptr() and again.device.type == "cpu"
+    b = dlbridge.to_numpy(t.to(torch.bfloat16).pin_memory())
+    assert b.dtype.name == "bfloat16" and b.astype(np.float32).tolist() == t.tolist()
+    c = dlbridge.to_cupy(t, device="cuda")
+    assert c.get().tolist() == t.tolist()
+
+
+def test_jax_consumer_refuses_a_stream_it_would_not_read_on(cuda) -> None:
+    torch = need("torch")
+    need("jax")
+    t = torch.ones(4, device="cuda")
+    side = torch.cuda.Stream()
+    with pytest.raises(dlbridge.OptionError, match="stream=None"):
+        dlbridge.to_jax(t, stream=side.cuda_stream)
+    assert np.asarray(dlbridge.to_jax(t, stream=-1)).tolist() == [1.0] * 4  # no synchronisation: allowed
+
+
+def test_second_gpu_source_while_the_first_is_current(cuda) -> None:
+    """torch refuses to export a tensor from a GPU other than the current one; dlbridge switches."""
+    torch = need("torch")
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    t = torch.arange(4.0, device="cuda:1")
+    assert torch.cuda.current_device() == 0
+    for consumer in ("cupy", "jax", "torch"):
+        need(consumer)
+        out = CONVERT[consumer](t)
+        info = dlbridge.inspect(out)
+        assert info.device == (2, 1) and info.data_ptr == t.data_ptr()
+    assert torch.cuda.current_device() == 0

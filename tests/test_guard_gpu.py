@@ -10,6 +10,7 @@ Two paths to bf16 in a CuPy body:
 from __future__ import annotations
 
 import textwrap
+import warnings
 
 import pytest
 
@@ -118,6 +119,13 @@ def test_native_cupy_bf16_path(cupy) -> None:
     assert same is x  # an argument handed back is the caller's own tensor
 
 
+def _external_stream(cupy, ptr: int):
+    """CuPy's wrapper for a foreign stream (ExternalStream warns DeprecationWarning from CuPy 14)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "ExternalStream is deprecated", DeprecationWarning)
+        return cupy.cuda.ExternalStream(ptr)
+
+
 def test_native_path_runs_on_the_callers_stream(cupy) -> None:
     if not _cupy_holds_bf16(cupy):
         pytest.skip(f"CuPy {cupy.__version__} cannot hold bf16 (needs CuPy >= 14 with ml_dtypes)")
@@ -129,7 +137,7 @@ def test_native_path_runs_on_the_callers_stream(cupy) -> None:
         @dlbridge.guard("cupy", stream=stream.cuda_stream)
         def double(a):
             out = cupy.empty_like(a)
-            with cupy.cuda.ExternalStream(stream.cuda_stream):
+            with _external_stream(cupy, stream.cuda_stream):
                 _launch(cupy, kernel, a, out)
             return out
 

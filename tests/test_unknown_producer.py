@@ -194,3 +194,30 @@ def test_reused_producer_many_exports(consumer: str) -> None:
     assert p.deleter_calls == 3
     del results
     assert_balanced(p)
+
+
+@pytest.mark.parametrize("consumer", CONSUMERS)
+@pytest.mark.parametrize("raw", [False, True], ids=["object", "raw-capsule"])
+def test_pinned_host_memory_is_shared_as_cpu_memory(consumer: str, raw: bool) -> None:
+    """Page-locked host memory (kDLCUDAHost, what torch says for pinned tensors) is CPU memory.
+
+    torch and JAX refuse (or misplace) device type 3 on their own; dlbridge relabels the capsule's
+    device to the CPU before the consumer reads it, so the result shares the producer's memory.
+    """
+    to = converter(consumer)
+    p = make("bfloat16", "contiguous").with_(device=(3, 0))
+    assert dlbridge.inspect(p).device_type == "cuda_host"
+    r = to(p.capsule(versioned=consumer != "jax") if raw else p)
+    assert result_dtype(consumer, r) == "bfloat16"
+    assert result_bytes(consumer, r) == expected_bytes(p)
+    assert result_ptr(consumer, r) == p.data_ptr
+    del r
+    assert_balanced(p)
+
+
+def test_pinned_host_memory_into_cupy_needs_a_device() -> None:
+    """A GPU-only consumer cannot live in host memory: the usual device error, not a crash."""
+    p = make("float32", "contiguous").with_(device=(3, 0))
+    with pytest.raises(dlbridge.DeviceMismatchError, match='device="cuda"'):
+        dlbridge.to_cupy(p)
+    assert p.exports == p.deleter_calls == 0  # refused before anything was exported

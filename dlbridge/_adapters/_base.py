@@ -8,6 +8,7 @@ imports torch. Adding a framework means adding one subclass and listing it in ``
 from __future__ import annotations
 
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -36,6 +37,11 @@ class Adapter:
     array_type: ClassVar[tuple[str, str]]  # (module in sys.modules, attribute) of its array class
     producer_modules: ClassVar[tuple[str, ...]] = ()  # top-level __module__ names of its arrays
     device_codes: ClassVar[frozenset[int]] = frozenset({1})  # DLPack device types it can live on
+    # What to pass as a producer's __dlpack__(stream=) for "no synchronisation" (DLPack says -1).
+    no_sync_stream: ClassVar[int | None] = -1
+    # Whether, as a consumer, it reads on the stream the producer was told (False: it imports on a
+    # stream of its own choosing, so a caller's stream= cannot be honoured).
+    honours_stream: ClassVar[bool] = True
 
     # --- detection (never imports) -----------------------------------------------------
     def is_array(self, obj: object) -> bool:
@@ -87,6 +93,10 @@ class Adapter:
     def current_stream(self, device: tuple[int, int]) -> int | None:
         """The stream this framework would use on ``device``, as DLPack's ``stream=`` integer."""
         return None
+
+    def on_device(self, device: tuple[int, int]) -> AbstractContextManager[Any]:
+        """Make ``device`` this framework's current GPU (for exports and allocations), if it is not."""
+        return nullcontext()
 
     # --- consuming --------------------------------------------------------------------------
     def from_dlpack(self) -> Any:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ._base import Adapter
@@ -26,8 +27,16 @@ class CupyAdapter(Adapter):
         except TypeError:
             with cuda.Device(device[1]):
                 ptr = cuda.get_current_stream().ptr
-        # 0 is the legacy default stream, spelled 1 in DLPack (the per-thread default is already 2)
-        return ptr or 1
+        # CUDA: 0 is the legacy default stream, spelled 1 in DLPack (the per-thread default is
+        # already 2). ROCm (HIP) spells the default stream 0.
+        return (ptr or 1) if device[0] != 10 else ptr
+
+    def on_device(self, device: tuple[int, int]) -> AbstractContextManager[Any]:
+        # CuPy's __dlpack__ records its event on the *current* device's stream.
+        cuda = self.mod.cuda
+        if cuda.runtime.getDevice() == device[1]:
+            return nullcontext()
+        return cuda.Device(device[1])
 
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(numpy_dtype(dtype))
@@ -35,11 +44,14 @@ class CupyAdapter(Adapter):
     def data_ptr(self, arr: Any) -> int:
         return int(arr.data.ptr)
 
+    # CuPy allocates on the current device: every helper that makes an array enters the source's.
     def copy(self, arr: Any) -> Any:
-        return arr.copy()
+        with arr.device:
+            return arr.copy()
 
     def contiguous(self, arr: Any) -> Any:
-        return self.mod.ascontiguousarray(arr)
+        with arr.device:
+            return self.mod.ascontiguousarray(arr)
 
     def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
         if device[0] == 1:
@@ -53,8 +65,10 @@ class CupyAdapter(Adapter):
 
     def bf16_bits_to_f32(self, u16: Any) -> Any:
         cp = self.mod
-        return (u16.astype(cp.uint32) << 16).view(cp.float32)
+        with u16.device:
+            return (u16.astype(cp.uint32) << 16).view(cp.float32)
 
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
         cp = self.mod
-        return cp.asarray(table, dtype=cp.float32)[u8]
+        with u8.device:
+            return cp.asarray(table, dtype=cp.float32)[u8]

@@ -4,6 +4,7 @@ from functools import cached_property
 from typing import Any
 
 from .._capabilities import Capabilities
+from .._capsule import GPU_CODES
 from ._base import Adapter
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
@@ -15,6 +16,11 @@ class JaxAdapter(Adapter):
     array_type = ("jax", "Array")
     producer_modules = ("jax", "jaxlib")
     device_codes = frozenset({1, 2, 10})
+    # JAX hands DLPack's stream straight to XLA, which would wait on -1 as a stream handle; None
+    # makes it wait for the buffer on the host instead. As a consumer it imports on its own stream.
+    no_sync_stream = None
+    honours_stream = False
+    _devices: dict[tuple[int, int], Any]
     _narrowed: tuple[Capabilities, Capabilities] | None = None  # (row, row without 64-bit dtypes)
 
     @cached_property
@@ -45,11 +51,22 @@ class JaxAdapter(Adapter):
             return False
 
     def _device(self, device: tuple[int, int]) -> Any:
-        platform = "cpu" if device[0] == 1 else "gpu"
-        return self.mod.devices(platform)[device[1]] if platform == "gpu" else self.mod.devices("cpu")[0]
+        """This process's JAX device for a DLPack device (by local hardware id, as jax.dlpack does)."""
+        cache = self.__dict__.setdefault("_devices", {})
+        found = cache.get(device)
+        if found is None:
+            if device[0] == 1:
+                found = self.mod.local_devices(backend="cpu")[0]
+            else:
+                gpus = self.mod.local_devices(backend="gpu")
+                found = next((d for d in gpus if d.local_hardware_id == device[1]), None)
+                if found is None:
+                    raise RuntimeError(f"JAX has no local GPU with hardware id {device[1]}")
+            cache[device] = found
+        return found
 
     def current_stream(self, device: tuple[int, int]) -> int | None:
-        if device[0] not in (2, 10):
+        if device[0] not in GPU_CODES:
             return None
         # What jax.dlpack.from_dlpack itself passes to the producer.
         return self._device(device).get_stream_for_external_ready_events()

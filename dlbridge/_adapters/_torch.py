@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from .._capsule import device_name
+from .._capsule import GPU_CODES, device_name
 from ._base import Adapter, export_capsule
 
 
@@ -27,10 +28,19 @@ class TorchAdapter(Adapter):
             return False
 
     def current_stream(self, device: tuple[int, int]) -> int | None:
-        if device[0] not in (2, 10):
+        if device[0] not in GPU_CODES:
             return None
         ptr = self.mod.cuda.current_stream(device[1]).cuda_stream
-        return ptr or 1  # 0 is the legacy default stream, spelled 1 in DLPack
+        # CUDA: 0 is the legacy default stream, spelled 1 in DLPack. ROCm spells it 0 (torch's
+        # __dlpack__ rejects 1 there), as torch.from_dlpack does.
+        return (ptr or 1) if device[0] == 2 else ptr
+
+    def on_device(self, device: tuple[int, int]) -> AbstractContextManager[Any]:
+        # torch's __dlpack__ refuses tensors on a GPU other than the current one.
+        cuda = self.mod.cuda
+        if device[0] not in GPU_CODES or cuda.current_device() == device[1]:
+            return nullcontext()
+        return cuda.device(device[1])
 
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(getattr(self.mod, dtype))
@@ -45,8 +55,10 @@ class TorchAdapter(Adapter):
         return arr.contiguous()
 
     def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
-        kind = device_name(device[0])
-        return arr.to("cpu" if kind == "cpu" else f"cuda:{device[1]}")
+        if device_name(device[0]) == "cpu":
+            out = arr.to("cpu")
+            return out.clone() if out is arr else out  # a pinned tensor's .to("cpu") is itself
+        return arr.to(f"cuda:{device[1]}")
 
     def bf16_bits_to_f32(self, u16: Any) -> Any:
         torch = self.mod
