@@ -27,6 +27,8 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING, Any
+
 from ._api import to_cupy as to_cupy
 from ._api import to_jax as to_jax
 from ._api import to_numpy as to_numpy
@@ -44,7 +46,23 @@ from ._errors import NotAnArrayError as NotAnArrayError
 from ._errors import OptionError as OptionError
 from ._errors import ReadOnlyError as ReadOnlyError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
-from ._guard import guard as guard
 from ._options import fallback_policy as fallback_policy
 from ._options import get_default_fallback as get_default_fallback
 from ._options import set_default_fallback as set_default_fallback
+
+if TYPE_CHECKING:
+    from ._guard import guard as guard
+
+
+def __getattr__(name: str) -> Any:
+    # The guard (and its signature machinery) loads on first use: ~4 ms off ``import dlbridge``.
+    if name == "guard":
+        from ._guard import guard
+
+        globals()["guard"] = guard
+        return guard
+    raise AttributeError(f"module 'dlbridge' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -61,3 +61,16 @@ def test_import_time_is_small() -> None:
         assert proc.returncode == 0, proc.stderr
         times.append(float(proc.stdout.strip().splitlines()[-1]))
     assert statistics.median(times) < 200, times
+
+
+def test_guard_loads_on_first_use() -> None:
+    proc = run_child(
+        """
+        import sys, dlbridge
+        print("dlbridge._guard" in sys.modules, "guard" in dir(dlbridge))
+        from dlbridge import guard
+        print("dlbridge._guard" in sys.modules, guard is dlbridge.guard, guard.__module__)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True", "True", "True", "dlbridge._guard"]
