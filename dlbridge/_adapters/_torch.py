@@ -30,7 +30,10 @@ class TorchAdapter(Adapter):
     def current_stream(self, device: tuple[int, int]) -> int | None:
         if device[0] not in GPU_CODES:
             return None
-        ptr = self.mod.cuda.current_stream(device[1]).cuda_stream
+        try:  # the raw handle, without building a torch.cuda.Stream (what torch's Triton glue calls)
+            ptr = self.mod._C._cuda_getCurrentRawStream(device[1])
+        except Exception:  # a build or version without it
+            ptr = self.mod.cuda.current_stream(device[1]).cuda_stream
         # CUDA: 0 is the legacy default stream, spelled 1 in DLPack. ROCm spells it 0 (torch's
         # __dlpack__ rejects 1 there), as torch.from_dlpack does.
         return (ptr or 1) if device[0] == 2 else ptr
