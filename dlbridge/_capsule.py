@@ -27,7 +27,8 @@ __all__ = [
     "clear_readonly",
     "Carrier",
     "GPU_CODES",
-    "HOST_CODES",
+    "DEVICE_ALIASES",
+    "alias_device",
 ]
 
 
@@ -62,8 +63,18 @@ _DEVICE_NAMES = {
 DEVICE_CODES = {v: k for k, v in _DEVICE_NAMES.items()}
 # Device memory a CUDA/ROCm stream orders (the DLPack stream handshake applies).
 GPU_CODES = frozenset({2, 10, 13})
-# Page-locked host memory (torch's pinned tensors): plain CPU memory to any CPU consumer.
-HOST_CODES = frozenset({3, 11})
+# Memory that another device type can address as it is: page-locked host memory (torch's pinned
+# tensors) is plain CPU memory, CUDA managed memory is plain CUDA memory on its device. A consumer
+# that lacks the first type is handed the capsule relabelled as the second.
+DEVICE_ALIASES = {3: 1, 11: 1, 13: 2}
+
+
+def alias_device(device: tuple[int, int]) -> tuple[int, int]:
+    """The device ``device``'s memory can be described as (itself when there is no alias)."""
+    alias = DEVICE_ALIASES.get(device[0])
+    if alias is None:
+        return device
+    return (1, 0) if alias == 1 else (alias, device[1])
 
 
 def device_name(device_type: int) -> str:

@@ -16,10 +16,11 @@ from . import _logical
 from ._adapters import ADAPTERS, Adapter, adapter_for, adapter_named, export_capsule, producer_name
 from ._capabilities import Capabilities, missing_requirements
 from ._capsule import (
+    DEVICE_ALIASES,
     GPU_CODES,
-    HOST_CODES,
     CapsuleType,
     DLPackInfo,
+    alias_device,
     c_strides,
     clear_readonly,
     device_name,
@@ -173,8 +174,9 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
             f"{cls.__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
         )
     src_dev = device_of(x)
-    # Pinned host memory is CPU memory to a CPU consumer: it is shared as such (device relabelled).
-    home = (1, 0) if src_dev[0] in HOST_CODES and src_dev[0] not in target.device_codes else src_dev
+    # Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA memory to a CUDA one:
+    # shared as such, the capsule's device relabelled (DEVICE_ALIASES).
+    home = alias_device(src_dev) if src_dev[0] in DEVICE_ALIASES and src_dev[0] not in target.device_codes else src_dev
     dst_dev = home if device is None else parse_device(device, home)
     if device is None and copy and home[0] not in target.device_codes:
         dst_dev = (1, 0) if 1 in target.device_codes else (2, 0)  # copy=True: the target's home device
@@ -219,10 +221,11 @@ def _gpu_stream(stream: int | None, source: Adapter | None, target: Adapter, dev
 def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any,
                   copy: bool | None, stream: int | None) -> Any:  # fmt: skip
     info = read(capsule)
-    pinned = info.device_code in HOST_CODES and info.device_code not in target.device_codes
-    if pinned and 1 in target.device_codes and parse_device(device, (1, 0)) == (1, 0):  # host memory: CPU
-        relabel_device(capsule, (1, 0))
-        info = replace(info, device_type="cpu", device_code=1, device_id=0)
+    alias = alias_device(info.device)  # pinned / managed memory: see _convert
+    usable = alias != info.device and info.device_code not in target.device_codes and alias[0] in target.device_codes
+    if usable and parse_device(device, alias) == alias:
+        relabel_device(capsule, alias)
+        info = replace(info, device_type=device_name(alias[0]), device_code=alias[0], device_id=alias[1])
     if parse_device(device, info.device) != info.device or info.device_code not in target.device_codes:
         raise DeviceMismatchError(
             f"to_{target.name}(): a raw capsule on {info.device_type} cannot be moved; pass the array "

@@ -227,3 +227,23 @@ def test_second_gpu_source_while_the_first_is_current(cuda) -> None:
         info = dlbridge.inspect(out)
         assert info.device == (2, 1) and info.data_ptr == t.data_ptr()
     assert torch.cuda.current_device() == 0
+
+
+def test_cupy_managed_memory_is_shared_as_cuda_memory(cuda) -> None:
+    """CuPy exports managed (unified) memory as kDLCUDAManaged (13), which torch and JAX do not
+    import; dlbridge relabels it as CUDA memory on its device, zero-copy."""
+    cp = need("cupy")
+    pool = cp.cuda.MemoryPool(cp.cuda.malloc_managed)
+    previous = cp.cuda.get_allocator()
+    cp.cuda.set_allocator(pool.malloc)
+    try:
+        m = cp.arange(12, dtype=cp.float32)
+    finally:
+        cp.cuda.set_allocator(previous)
+    if m.__dlpack_device__()[0] != 13:
+        pytest.skip(f"this CuPy exports managed memory as device type {m.__dlpack_device__()[0]}")
+    for consumer in ("torch", "jax", "cupy"):
+        need(consumer)
+        out = CONVERT[consumer](m)
+        assert _ptr(consumer, out) == m.data.ptr
+        assert to_host(consumer, out).tolist() == list(range(12))

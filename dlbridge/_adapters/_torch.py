@@ -36,7 +36,7 @@ class TorchAdapter(Adapter):
             ptr = self.mod.cuda.current_stream(device[1]).cuda_stream
         # CUDA: 0 is the legacy default stream, spelled 1 in DLPack. ROCm spells it 0 (torch's
         # __dlpack__ rejects 1 there), as torch.from_dlpack does.
-        return (ptr or 1) if device[0] == 2 else ptr
+        return (ptr or 1) if device[0] != 10 else ptr
 
     def on_device(self, device: tuple[int, int]) -> AbstractContextManager[Any]:
         # torch's __dlpack__ refuses tensors on a GPU other than the current one.

@@ -1,0 +1,66 @@
+"""The stream a producer is handed, checked without a GPU.
+
+A ctypes producer that *claims* a device records the keywords of every ``__dlpack__`` call; no
+consumer ever reads its memory here (inspect only reads the capsule, and the refusals happen
+before any export), so the pretend device is never dereferenced.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+import dlbridge
+from tests.ctypes_producer import CtypesArray
+
+
+def _producer(device: tuple[int, int]) -> CtypesArray:
+    return CtypesArray.zeros(16, code=2, bits=32, shape=(4,)).with_(device=device)
+
+
+def _settle(p: CtypesArray) -> None:
+    gc.collect()
+    assert p.balanced
+
+
+@pytest.mark.parametrize(
+    "device,stream",
+    [((2, 0), -1), ((13, 0), -1), ((10, 0), -1), ((1, 0), None), ((3, 0), None)],
+    ids=["cuda", "cuda_managed", "rocm", "cpu", "cuda_host"],
+)
+def test_inspect_asks_for_no_synchronisation_on_gpu_memory(device: tuple[int, int], stream: int | None) -> None:
+    """inspect reads no data: on GPU memory (managed memory included) it asks for stream=-1."""
+    p = _producer(device)
+    info = dlbridge.inspect(p)
+    assert info.device == device
+    assert p.calls[-1].get("stream") == stream
+    _settle(p)
+
+
+def test_jax_refuses_a_stream_it_would_not_read_on() -> None:
+    """JAX imports on its own stream: a caller's stream would synchronise the wrong one."""
+    p = _producer((2, 0))
+    with pytest.raises(dlbridge.OptionError, match="stream=None"):
+        dlbridge.to_jax(p, stream=7)
+    assert p.exports == 0  # refused before the producer was asked for anything
+
+
+@pytest.mark.parametrize("device", [(2, 0), (13, 0)], ids=["cuda", "cuda_managed"])
+def test_stream_zero_is_ambiguous_on_cuda(device: tuple[int, int]) -> None:
+    p = _producer(device)
+    with pytest.raises(dlbridge.OptionError, match="ambiguous"):
+        dlbridge.to_torch(p, stream=0)
+    assert p.exports == 0
+
+
+@pytest.mark.parametrize("device", [(1, 0), (3, 0)], ids=["cpu", "cuda_host"])
+def test_host_memory_takes_no_stream(device: tuple[int, int]) -> None:
+    p = _producer(device)
+    with pytest.raises(dlbridge.OptionError, match="only stream=None"):
+        dlbridge.to_torch(p, stream=5)
+    assert p.exports == 0
+    out = dlbridge.to_torch(p)  # and stream=None is what the producer is given
+    assert p.calls[-1].get("stream") is None and out.data_ptr() == p.data_ptr
+    del out
+    _settle(p)
