@@ -248,6 +248,7 @@ assert _VERSIONED_STRUCT.size == _OFF_VERSIONED_TENSOR + _HEAD_STRUCT.size
 # per field (16): installing __dict__ at once gives the same object (equal, hashable, frozen)
 # several times faster. tests/test_inspect.py checks it against one built by the dataclass.
 _object_new, _object_setattr = object.__new__, object.__setattr__
+_u32 = ctypes.c_uint32
 
 
 def read(capsule: object, producer: str | None = None) -> DLPackInfo:
@@ -261,10 +262,13 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
     name = _get_name(capsule)
     if name == VERSIONED:
         address = _get_pointer(capsule, VERSIONED) or _null(name)
+        # DLPack: a consumer must not read past the version of a major it does not know (the
+        # struct may be shorter): check it alone first.
+        if _u32.from_address(address).value != SUPPORTED_MAJOR:
+            head = _VersionedHead.from_address(address)
+            _unsupported_major(head.major, head.minor)
         major, minor, _, _, flags, data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, \
             byte_offset = _VERSIONED_STRUCT.unpack_from(_VersionedBytes.from_address(address))  # fmt: skip
-        if major != SUPPORTED_MAJOR:
-            _unsupported_major(major, minor)
         versioned, version = True, (major, minor)
     elif name == LEGACY:
         address = _get_pointer(capsule, LEGACY) or _null(name)

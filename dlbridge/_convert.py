@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import replace
-from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from . import _logical
 from ._adapters import ADAPTERS, Adapter, adapter_for, adapter_named, export_capsule, producer_name
-from ._capabilities import Capabilities, missing_requirements
+from ._capabilities import Capabilities
 from ._capsule import (
     DEVICE_ALIASES,
     GPU_CODES,
@@ -29,10 +28,11 @@ from ._capsule import (
     relabel_device,
 )
 from ._devices import check_device, device_of, parse_device, stream_for
-from ._dtypes import BY_NAME, DType, decode_table, lookup, unsigned_of_width
+from ._dtypes import BY_NAME, decode_table, unsigned_of_width
 from ._errors import (
     CapsuleError,
     DeviceMismatchError,
+    DLBridgeError,
     LayoutError,
     NotAnArrayError,
     OptionError,
@@ -40,18 +40,11 @@ from ._errors import (
     UnsupportedDtypeError,
 )
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
+from ._plan import Plan, native_plan, plan_for
 
-__all__ = ["convert", "inspect", "Plan", "plan_for", "MAX_VERSION"]
+__all__ = ["convert", "inspect", "MAX_VERSION"]
 
 MAX_VERSION = (1, 3)  # newest DLPack struct layout dlbridge reads (major 1)
-
-
-class Plan(NamedTuple):
-    """What dlbridge will do with one capsule for one target (also used by guard and report)."""
-
-    mode: str  # "native", "reinterpret", "view", "upcast"
-    logical: str  # the dtype the data really has
-    wire: str  # the dtype written into the capsule the target reads
 
 
 def inspect(x: Any) -> DLPackInfo:
@@ -69,80 +62,6 @@ def inspect(x: Any) -> DLPackInfo:
     with source.on_device(device) if source is not None and device[0] in GPU_CODES else nullcontext():
         capsule = _export(x, source, stream, MAX_VERSION)
     return check_device(read(capsule, producer_name(x)), device)
-
-
-# --- decisions ------------------------------------------------------------------------------
-
-
-def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: Any = None, target: str = "") -> Plan:
-    """Decide how ``info`` reaches a consumer with ``caps``; raises UnsupportedDtypeError."""
-    logical = info.dtype if dtype is None and info.code != 1 else _logical_dtype(info, dtype)
-    if logical in caps.imports:
-        return _native_plan(logical)
-    width = BY_NAME[logical].width if logical in BY_NAME else info.bits * info.lanes
-    uint = unsigned_of_width(width) if info.lanes == 1 or logical in BY_NAME else None
-    if logical in caps.holds and uint in caps.imports:
-        return Plan("reinterpret", logical, uint)
-    if fallback == "view" and uint is not None and uint in caps.imports:
-        return Plan("view", logical, uint)
-    if fallback == "upcast" and uint in caps.imports and _upcastable(logical):
-        return Plan("upcast", logical, uint)
-    raise UnsupportedDtypeError(_unsupported_message(info, caps, logical, fallback, uint, target))
-
-
-@cache  # Plans are frozen: one per dtype name (consumer-imported names only)
-def _native_plan(logical: str) -> Plan:
-    return Plan("native", logical, logical)
-
-
-def _upcastable(logical: str) -> bool:
-    return logical == "bfloat16" or decode_table(logical) is not None
-
-
-def _logical_dtype(info: DLPackInfo, dtype: Any) -> str:
-    if dtype is not None:
-        wanted = lookup(dtype)
-        if wanted is None:
-            valid = ", ".join(BY_NAME)
-            raise OptionError(f"dtype={dtype!r} is not a dtype dlbridge knows; expected one of: {valid}")
-        if wanted.width != info.bits * info.lanes:
-            raise OptionError(
-                f"dtype={dtype!r} ({wanted.width} bits) cannot reinterpret {info.describe()} "
-                f"({info.bits * info.lanes} bits): dtype= relabels memory and needs the same width"
-            )
-        return _name_of(wanted)
-    if info.code == 1:  # an unsigned view may carry a remembered logical dtype
-        remembered = _logical.recall(info)
-        if remembered is not None:
-            return remembered
-    return info.dtype
-
-
-def _name_of(d: DType) -> str:
-    return next(name for name, value in BY_NAME.items() if value == d)
-
-
-def _unsupported_message(info: DLPackInfo, caps: Capabilities, logical: str, fallback: str,
-                         uint: str | None, target: str) -> str:  # fmt: skip
-    who = f"{caps.consumer} {caps.version}"
-    lines = [
-        f"{target or caps.consumer}: cannot hand {info.describe()} to {who}: {caps.consumer} cannot hold {logical}."
-    ]
-    for module in missing_requirements(caps.consumer, caps.version, logical):
-        lines.append(f"Install {module} (pip install {module}) to get it zero-copy with the real dtype.")
-    hint = ADAPTERS[caps.consumer].hint(logical) if caps.consumer in ADAPTERS else None
-    if hint:
-        lines.append(hint)
-    options = []
-    if uint is not None and uint in caps.imports and fallback != "view":
-        options.append(f'fallback="view" for a zero-copy {uint} view of the same memory')
-    if uint is not None and uint in caps.imports and _upcastable(logical) and fallback != "upcast":
-        options.append('fallback="upcast" for a float32 copy with equal values')
-    if options:
-        lines.append("Pass " + ", or ".join(options) + ".")
-    elif fallback != "raise":
-        lines.append(f'fallback="{fallback}" cannot help: there is no same-width unsigned dtype it imports.')
-    return " ".join(lines)
 
 
 # --- the pipeline -----------------------------------------------------------------------------
@@ -192,10 +111,9 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
             raise OptionError(f"stream={stream!r} on {device_name(src_dev[0])}: only stream=None is valid off the GPU")
         capsule = _export(x, source, None, MAX_VERSION if caps.versioned_capsules else None, copy)
     info = read(capsule, source.name if source is not None else producer_name(x))
-    if info.device_code != src_dev[0] or info.device_id != src_dev[1]:
-        check_device(info, src_dev)  # raises: the capsule is not where __dlpack_device__ said
-    if home != src_dev:
-        relabel_device(capsule, home)
+    if info.device_code != home[0] or info.device_id != home[1]:
+        check_device(info, src_dev)  # raises unless the capsule is on the claimed device (or its alias)
+        relabel_device(capsule, home)  # our own export: relabelled as the memory the target can use
         info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
     if _needs_layout_copy(info, caps):
         if copy is False:
@@ -223,8 +141,9 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
     info = read(capsule)
     alias = alias_device(info.device)  # pinned / managed memory: see _convert
     usable = alias != info.device and info.device_code not in target.device_codes and alias[0] in target.device_codes
+    device_to = None
     if usable and parse_device(device, alias) == alias:
-        relabel_device(capsule, alias)
+        device_to = alias  # the caller's capsule is relabelled only right before the import
         info = replace(info, device_type=device_name(alias[0]), device_code=alias[0], device_id=alias[1])
     if parse_device(device, info.device) != info.device or info.device_code not in target.device_codes:
         raise DeviceMismatchError(
@@ -234,13 +153,13 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
     caps = target.capabilities()
     if _needs_layout_copy(info, caps):
         raise LayoutError(_layout_message(info, caps, target) + " A raw capsule cannot be re-exported densely.")
-    return _import(capsule, info, target, caps, fallback, dtype, copy)
+    return _import(capsule, info, target, caps, fallback, dtype, copy, device_to)
 
 
 def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback,
-            dtype: Any, copy: bool | None) -> Any:  # fmt: skip
+            dtype: Any, copy: bool | None, device_to: tuple[int, int] | None = None) -> Any:  # fmt: skip
     if dtype is None and info.code != 1 and info.dtype in caps.imports:
-        plan = _native_plan(info.dtype)  # the common case, without building plan_for's message prefix
+        plan = native_plan(info.dtype)  # the common case, without building plan_for's message prefix
     else:
         plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
     if info.versioned and not caps.versioned_capsules:
@@ -258,6 +177,8 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
         clear_readonly(capsule)  # we copy right after the import; nobody writes the original
     if plan.wire != info.dtype:
         relabel(capsule, BY_NAME[plan.wire])
+    if device_to is not None:
+        relabel_device(capsule, device_to)
     if plan.wire not in caps.imports:  # the invariant that keeps crash-prone consumers alive
         raise UnsupportedDtypeError(
             f"to_{target.name}(): internal plan {plan} would hand {caps.consumer} a dtype it rejects"
@@ -277,8 +198,9 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
         )
     if plan.mode == "native":
         return target.copy(result) if copy is True else result
-    result = _finish(result, plan, target, info)
-    return target.copy(result) if copy is True and plan.mode != "upcast" else result
+    if copy is True and plan.mode != "upcast":  # copy first: a view remembers the copy's memory
+        return _finish(target.copy(result), plan, target, None)
+    return _finish(result, plan, target, info)
 
 
 def _finish(result: Any, plan: Plan, target: Adapter, info: DLPackInfo | None) -> Any:
@@ -361,7 +283,8 @@ def _export_copy(x: Any, stream: int | None, cause: BaseException) -> Any:
 def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
                   dst_dev: tuple[int, int], fallback: Fallback, dtype: Any, device: Any,
                   copy: bool | None) -> Any:  # fmt: skip
-    here = f"{device_name(src_dev[0])}:{src_dev[1]}"
+    real = device_of(x)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
+    here = f"{device_name(real[0])}:{real[1]}"
     there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
     if copy is False or (copy is None and device is None):
         home = dst_dev if dst_dev != src_dev else ((1, 0) if 1 in target.device_codes else (2, 0))
@@ -378,16 +301,32 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
     probe = inspect(x)
     plan = plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()")
     if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
-        moved = source.to_device(x, dst_dev)  # every adapter can bring its arrays to the host
+        try:
+            moved = source.to_device(x, dst_dev)  # every adapter can bring its arrays to the host
+        except Exception as err:  # e.g. a CPU-only build asked for CUDA
+            raise DeviceMismatchError(
+                f"to_{target.name}(): {source.name} could not copy {probe.describe()} to {there}: "
+                f"{type(err).__name__}: {err}"
+            ) from err
         return _convert(moved, target, fallback, dtype, None, None, None)
     if src_dev[0] == 1:
-        # CPU memory its producer cannot move: the target uploads the bytes, labelled with the dtype
-        # it imports (plan.wire), and the plan is applied on the device.
-        host = _convert(x, ADAPTERS["numpy"], "raise", plan.wire, None, None, None)
-        if 1 in target.device_codes:
-            moved = target.to_device(_convert(host, target, "raise", None, None, None, None), dst_dev)
-        else:
-            moved = target.from_host(host, dst_dev)
+        # CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
+        # array), labels them with the dtype it imports (plan.wire), and the plan is applied there.
+        width = BY_NAME[plan.wire].width
+        host = _convert(x, ADAPTERS["numpy"], "raise", unsigned_of_width(width) or plan.wire, None, None, None)
+        writable = None if host.flags.writeable else True  # the upload copies: a read-only source is fine
+        try:
+            if 1 in target.device_codes:
+                moved = target.to_device(_convert(host, target, "raise", plan.wire, None, writable, None), dst_dev)
+            else:
+                moved = _convert(target.from_host(host, dst_dev), target, "raise", plan.wire, None, None, None)
+        except DLBridgeError:
+            raise
+        except Exception as err:  # e.g. a CPU-only build asked for CUDA
+            raise DeviceMismatchError(
+                f"to_{target.name}(): {target.name} could not copy {probe.describe()} to {there}: "
+                f"{type(err).__name__}: {err}"
+            ) from err
         return _finish(moved, plan, target, None)
     if dst_dev[0] == 1:
         caps = target.capabilities()

@@ -15,13 +15,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from ._adapters import Adapter, adapter_for, adapter_named
-from ._capsule import device_name
-from ._convert import _convert, inspect, plan_for
+from ._capsule import DEVICE_ALIASES, alias_device, device_name
+from ._convert import _convert, inspect
 from ._devices import device_of
 from ._dtypes import DType, dtype_name, lookup
 from ._errors import DeviceMismatchError, DLBridgeError, NotAnArrayError, OptionError, ReadOnlyError
 from ._guard_messages import call_head, describe, in_context
 from ._options import NOT_GIVEN, Fallback, check_fallback, resolve_fallback
+from ._plan import plan_for
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -266,7 +267,10 @@ class _Call:
         source = adapter_for(x)
         if self.first_adapter is None and self.first_device is None:
             self.first_adapter = source
-            self.first_device = _device(x) if spec.track_device else (0, 0)
+            dev = _device(x) if spec.track_device else (0, 0)
+            if dev[0] in DEVICE_ALIASES and (source is None or dev[0] not in source.device_codes):
+                dev = alias_device(dev)  # a pinned torch tensor's results come back as CPU tensors
+            self.first_device = dev
         if source is spec.target and spec.keep_native:
             return x
         if not spec.convert:
@@ -303,7 +307,7 @@ class _Call:
         __tracebackhide__ = True
         spec = self.spec
         dev = _device(x)
-        if dev[0] not in spec.target.device_codes:
+        if dev[0] not in spec.target.device_codes and alias_device(dev)[0] not in spec.target.device_codes:
             where_ok = sorted({device_name(c) for c in spec.target.device_codes})
             raise DeviceMismatchError(
                 f"{call_head(spec, where)}: received {describe(x)}; {spec.target.name} arrays live on "

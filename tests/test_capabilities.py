@@ -38,8 +38,8 @@ def test_version_ranges() -> None:
 def test_cupy_13_3_never_receives_a_dtype_it_would_crash_on() -> None:
     """The plan for a crash-prone consumer only ever puts imported dtypes on the wire."""
     from dlbridge._capsule import DLPackInfo
-    from dlbridge._convert import plan_for
     from dlbridge._errors import UnsupportedDtypeError
+    from dlbridge._plan import plan_for
 
     caps = capabilities("cupy", "13.3.0")
     for name, d in BY_NAME.items():

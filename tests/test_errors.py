@@ -131,3 +131,17 @@ def test_requires_grad_is_detached() -> None:
     p = torch.ones(3, requires_grad=True)
     out = dlbridge.to_numpy(p)
     assert out.ctypes.data == p.data_ptr()
+
+
+def test_cuda_upload_without_cuda_is_a_device_error() -> None:
+    """device="cuda" on a build or machine without CUDA: DeviceMismatchError, not torch's
+    AssertionError or JAX's RuntimeError."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the upload would work")
+    need("jax")
+    sources = {"numpy": np.arange(4, dtype=np.float32), "torch": torch.arange(4.0)}
+    for fn in (dlbridge.to_torch, dlbridge.to_jax):
+        for name, src in sources.items():
+            with pytest.raises(dlbridge.DeviceMismatchError, match="cuda:0") as err:
+                fn(src, device="cuda")
+            assert err.value.__cause__ is not None, (fn.__name__, name)

@@ -49,6 +49,16 @@ def test_view_remembers_its_logical_dtype_onward() -> None:
     np.testing.assert_array_equal(bits(n), bits(np.asarray(x)))
 
 
+def test_a_copied_view_remembers_the_copy() -> None:
+    """fallback="view" with copy=True: the returned copy (not a temporary) carries the logical dtype."""
+    x = _b11()
+    v = dlbridge.to_torch(x, fallback="view", copy=True)
+    assert v.dtype == torch.uint8 and v.data_ptr() != x.unsafe_buffer_pointer()
+    back = dlbridge.to_jax(v)
+    assert back.dtype == jnp.float8_e4m3b11fnuz
+    np.testing.assert_array_equal(bits(np.asarray(back)), bits(np.asarray(x)))
+
+
 def test_the_memory_is_forgotten_when_the_view_dies() -> None:
     x = _b11()
     v = dlbridge.to_torch(x, fallback="view")

@@ -247,3 +247,26 @@ def test_cupy_managed_memory_is_shared_as_cuda_memory(cuda) -> None:
         out = CONVERT[consumer](m)
         assert _ptr(consumer, out) == m.data.ptr
         assert to_host(consumer, out).tolist() == list(range(12))
+
+
+def test_cpu_uploads_read_only_remembered_and_relabelled(cuda) -> None:
+    """The upload path: a read-only source (the upload copies, so no copy=True needed), a remembered
+    fallback="view" source (its dtype restored once, not twice), and dtype= to a dtype NumPy cannot hold."""
+    torch = need("torch")
+    need("jax")
+    ro = np.arange(6, dtype=np.float32)
+    ro.flags.writeable = False
+    for fn in (dlbridge.to_torch, dlbridge.to_jax):
+        out = fn(ro, device="cuda")
+        assert dlbridge.inspect(out).device_type == "cuda" and to_host(fn.__name__[3:], out).tolist() == ro.tolist()
+    if hasattr(torch, "float4_e2m1fn_x2"):
+        packed = np.array([0x12, 0x34], dtype=np.uint8)
+        t = dlbridge.to_torch(packed, dtype="float4_e2m1fn_x2", device="cuda")
+        assert t.dtype == torch.float4_e2m1fn_x2 and t.is_cuda
+        assert t.view(torch.uint8).cpu().tolist() == [0x12, 0x34]
+        v = dlbridge.to_numpy(torch.from_numpy(packed).view(torch.float4_e2m1fn_x2), fallback="view")
+        assert v.dtype == np.uint8  # NumPy cannot hold the packed pair: a remembered view
+        back = dlbridge.to_torch(v, device="cuda")
+        assert back.dtype == torch.float4_e2m1fn_x2 and back.view(torch.uint8).cpu().tolist() == [0x12, 0x34]
+        j = dlbridge.to_jax(v, device="cuda", fallback="view")  # JAX cannot hold it either: a view again
+        assert j.dtype == np.uint8 and np.asarray(j).tolist() == [0x12, 0x34]

@@ -372,3 +372,28 @@ def test_result_that_cannot_go_back_names_the_result() -> None:
         match=r"^widen\(\) returned result\[1\]=numpy cpu float64\[2\], which could not go back: .*jax_enable_x64",
     ):
         widen(jnp.ones(2))
+
+
+def test_pinned_argument_results_come_back_as_cpu_tensors() -> None:
+    """torch says (3, 0) for a pinned tensor (its capsule says CPU): results return to the CPU."""
+
+    class Pinned(torch.Tensor):  # stands in for pin_memory(), which needs CUDA
+        def __dlpack_device__(self):
+            return (3, 0)
+
+    Pinned.__module__ = "torch.pinned_stand_in"
+    x = torch.arange(4.0).as_subclass(Pinned)
+
+    @dlbridge.guard("jax")
+    def double(a):
+        return a * 2
+
+    out = double(x)
+    assert isinstance(out, torch.Tensor) and out.device.type == "cpu"
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+    @dlbridge.guard("numpy", convert=False, returns=None)
+    def check(a):
+        return a
+
+    assert check(x) is x  # NumPy can use that memory: nothing to refuse

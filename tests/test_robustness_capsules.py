@@ -349,3 +349,78 @@ def test_versioned_capsule_never_reaches_a_legacy_only_consumer() -> None:
         dlbridge.to_jax(p.__dlpack__(max_version=(1, 0)))
     gc.collect()
     assert p.balanced
+
+
+def test_unknown_major_is_refused_without_reading_past_its_version() -> None:
+    """DLPack: on an unknown major version, read nothing past (major, minor) — the struct of a
+    future major may be shorter. A 16-byte v2 header ends right before an unmapped page."""
+    proc = run_child(
+        f"""
+        import ctypes, mmap, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import dlbridge
+        libc = ctypes.CDLL(None)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        page = mmap.PAGESIZE
+        base = libc.mmap(None, 2 * page, 3, 0x22, -1, 0)  # read/write, private anonymous
+        assert libc.mprotect(base + page, page, 0) == 0  # the second page: no access
+        header = base + page - 16
+        ctypes.c_uint32.from_address(header).value = 2  # major 2, minor 0
+        new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+            ("PyCapsule_New", ctypes.pythonapi))
+        name = ctypes.c_char_p(b"dltensor_versioned")
+        capsule = new(header, name, None)
+        try:
+            dlbridge.inspect(capsule)
+        except dlbridge.CapsuleError as err:
+            print("refused:", err)
+        """
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "refused: DLPack capsule has version 2.0" in proc.stdout
+
+
+@pytest.mark.parametrize("consumer", ["inspect", *TO])
+def test_pinned_tensor_capsule_says_cpu(consumer: str) -> None:
+    """torch claims (3, 0) for a pinned tensor but writes kDLCPU into the capsule (pytorch#136250):
+    the alias describes the same memory, so it is accepted and shared."""
+    p = CtypesArray.from_bytes(np.arange(4, dtype=np.float32).tobytes(), "float32", (4,)).with_(
+        device=(1, 0), claimed_device=(3, 0)
+    )
+    fn = dlbridge.inspect if consumer == "inspect" else TO[consumer]
+    r = fn(p)
+    if consumer == "inspect":
+        assert r.device == (1, 0) and r.data_ptr == p.data_ptr
+    else:
+        assert data_ptr(r) == p.data_ptr and np.asarray(r).tolist() == [0.0, 1.0, 2.0, 3.0]
+    del r
+    gc.collect()
+    assert p.balanced
+
+
+def test_refused_raw_capsule_keeps_its_device() -> None:
+    """A raw capsule belongs to the caller: relabelled (pinned -> cpu) only right before an import."""
+    p = CtypesArray.from_bytes(bytes(16), "float32", (4,), strides=(-1,), byte_offset=12).with_(device=(3, 0))
+    capsule = p.capsule(versioned=True)
+    with pytest.raises(dlbridge.LayoutError):
+        dlbridge.to_torch(capsule)
+    assert dlbridge.inspect(capsule).device == (3, 0)
+    del capsule
+    gc.collect()
+    assert p.balanced
+
+
+def test_class_without_a_module_name_is_not_an_array() -> None:
+    nameless = type("Nameless", (), {})
+    nameless.__module__ = None  # type: ignore[assignment]
+    for fn in (dlbridge.inspect, *TO.values()):
+        with pytest.raises(dlbridge.NotAnArrayError):
+            fn(nameless())
+
+
+def test_messages_name_the_device_the_caller_has() -> None:
+    p = CtypesArray.zeros(16, code=2, bits=32, shape=(4,)).with_(device=(3, 0))
+    with pytest.raises(dlbridge.DeviceMismatchError, match="source is on cuda_host:0"):
+        dlbridge.to_cupy(p)

@@ -42,7 +42,8 @@ def adapter_for(obj: object) -> Adapter | None:
     adapter = _BY_TYPE.get(cls)
     if adapter is not None:
         return adapter
-    adapter = _BY_MODULE.get(cls.__module__.partition(".")[0])
+    module = cls.__module__
+    adapter = _BY_MODULE.get(module.partition(".")[0]) if isinstance(module, str) else None
     if adapter is not None and adapter.is_array(obj):
         if len(_BY_TYPE) >= 256:
             _BY_TYPE.clear()
@@ -56,5 +57,6 @@ def producer_name(obj: object) -> str | None:
     adapter = adapter_for(obj)
     if adapter is not None:
         return adapter.name
-    top = type(obj).__module__.partition(".")[0]
+    module = type(obj).__module__
+    top = module.partition(".")[0] if isinstance(module, str) else None
     return None if top == "builtins" else top

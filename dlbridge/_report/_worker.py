@@ -23,10 +23,11 @@ import warnings
 from typing import Any
 
 from .._adapters import ADAPTERS
-from .._convert import inspect, plan_for
+from .._convert import inspect
 from .._dtypes import unsigned_of_width
 from .._errors import DLBridgeError, UnsupportedDtypeError
 from .._options import NOT_GIVEN, resolve_fallback
+from .._plan import plan_for
 from ._cases import (
     DEVICE_CODE,
     PRODUCER_DEVICES,
