@@ -270,3 +270,25 @@ def test_cpu_uploads_read_only_remembered_and_relabelled(cuda) -> None:
         assert back.dtype == torch.float4_e2m1fn_x2 and back.view(torch.uint8).cpu().tolist() == [0x12, 0x34]
         j = dlbridge.to_jax(v, device="cuda", fallback="view")  # JAX cannot hold it either: a view again
         assert j.dtype == np.uint8 and np.asarray(j).tolist() == [0x12, 0x34]
+
+
+def test_readme_example_runs_as_written(cuda) -> None:
+    """The first code block of the README, run as written (its one refused call expected to raise)."""
+    need("cupy")
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    refused = "dlbridge.to_cupy(f8)  "
+    assert refused in block
+    lines = [
+        f"with pytest.raises(dlbridge.UnsupportedDtypeError):\n    {line.strip()}" if line.startswith(refused) else line
+        for line in block.splitlines()
+    ]
+    scope: dict = {"pytest": pytest}
+    exec("\n".join(lines), scope)  # the README's own code
+    t, c, u, back = scope["t"], scope["c"], scope["u"], scope["back"]
+    assert c.data.ptr == t.data_ptr() and str(c.dtype) == "bfloat16"
+    assert scope["n"].dtype.name == "bfloat16"
+    assert u.dtype == np.uint8 and back.dtype == scope["f8"].dtype and back.data_ptr() == scope["f8"].data_ptr()
+    assert scope["info"].dtype == "bfloat16" and scope["info"].device_type == "cuda"
