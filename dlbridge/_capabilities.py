@@ -34,6 +34,7 @@ FEATURES = (
     "compact_only",  # it refuses strides that are not a permutation of a dense layout
     "readonly_arrays",  # it can give back a read-only array for a READ_ONLY capsule
     "negative_strides",  # it imports negative strides correctly
+    "offset_needs_strides",  # it refuses a non-zero byte_offset when strides is NULL (legal DLPack)
 )
 
 
@@ -84,6 +85,11 @@ TABLE: tuple[Row, ...] = (
         "versioned_capsules",
         since="2.9",
         source="FACTS §3: DLPack 1.0 keywords + versioned capsules since 2.9",
+    ),
+    _r(
+        "torch",
+        "offset_needs_strides",
+        source="probe 2026-11-22 (torch 2.13): 'Expected zero byte_offset' for NULL strides; NumPy 2.4 and JAX 0.10 import it",
     ),
     # negative_strides: absent on purpose. torch 2.13 aborts the process
     # ("Storage size calculation overflowed") on numpy's a[::-1] capsule (probe 2026-11-22).
@@ -155,6 +161,7 @@ class Capabilities(NamedTuple):
     compact_only: bool
     readonly_arrays: bool
     negative_strides: bool
+    offset_needs_strides: bool
 
 
 def parse_version(text: str) -> tuple[int, ...]:

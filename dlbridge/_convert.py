@@ -119,8 +119,14 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         if copy is False:
             raise LayoutError(_layout_message(info, caps, target))
         del capsule  # unconsumed: the producer's destructor frees it
+        if dtype is None and info.code == 1:  # a fallback="view" view: its dense copy is the same data
+            dtype = _logical.recall(info)
         dense = _dense_source(x, source, info, target)
-        return _convert(dense, target, fallback, dtype, None, None if copy is None else False, stream)
+        # A dense array at another address is already the copy copy=True asks for, and the target
+        # may copy it once more (JAX, misaligned) without harm: copy=None. At the same address
+        # (only re-exported, e.g. NumPy dropping a byte_offset) the caller's copy= still applies.
+        moved = info.size and adapter_for(dense).data_ptr(dense) != info.data_ptr  # type: ignore[union-attr]
+        return _convert(dense, target, fallback, dtype, None, None if moved else copy, stream)
     return _import(capsule, info, target, caps, fallback, dtype, copy)
 
 
@@ -162,6 +168,12 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
         plan = native_plan(info.dtype)  # the common case, without building plan_for's message prefix
     else:
         plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
+    if plan.mode == "upcast" and copy is False:
+        raise UnsupportedDtypeError(
+            f'to_{target.name}(): {caps.consumer} cannot hold {plan.logical}, and fallback="upcast" makes a '
+            f'float32 copy of {info.describe()}, which copy=False forbids; pass fallback="view" for a zero-copy '
+            f"{plan.wire} view, or copy=None"
+        )
     if info.versioned and not caps.versioned_capsules:
         raise CapsuleError(
             f"to_{target.name}(): {caps.consumer} {caps.version} reads only legacy 'dltensor' capsules, and "
@@ -224,7 +236,9 @@ def _finish(result: Any, plan: Plan, target: Adapter, info: DLPackInfo | None) -
 
 def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
     strides = info.strides
-    if strides is None or strides == c_strides(info.shape):
+    if strides is None:  # C order; some consumers then refuse a byte_offset (a dense re-export has none)
+        return info.byte_offset != 0 and caps.offset_needs_strides
+    if strides == c_strides(info.shape):
         return False  # dense C order (the common case): no negative strides, compact
     if info.has_negative_strides() and not caps.negative_strides:
         return True
@@ -260,7 +274,7 @@ def _export(x: Any, source: Adapter | None, stream: int | None, max_version: tup
     except BufferError as err:
         if "readonly" in str(err).lower() or "read-only" in str(err).lower():
             if copy is True:  # a legacy-only consumer: let the producer make a writable copy
-                return _export_copy(x, stream, err)
+                return _export_copy(x, source, stream, max_version, err)
             raise ReadOnlyError(
                 f"{type(x).__name__} is read-only and the consumer reads only legacy capsules, which cannot "
                 "say so; pass copy=True, or make the array writeable"
@@ -273,8 +287,11 @@ def _export(x: Any, source: Adapter | None, stream: int | None, max_version: tup
     return capsule
 
 
-def _export_copy(x: Any, stream: int | None, cause: BaseException) -> Any:
+def _export_copy(x: Any, source: Adapter | None, stream: int | None, max_version: tuple[int, int] | None,
+                 cause: BaseException) -> Any:  # fmt: skip
     try:
+        if source is not None:  # the framework's own copy, exported the adapter's way (ml_dtypes, ...)
+            return source.export(source.copy(x), stream=stream, max_version=max_version)
         return x.__dlpack__(stream=stream, copy=True)
     except Exception as err:
         raise ReadOnlyError(f"{type(x).__name__} is read-only and its producer cannot export a copy: {err}") from cause
