@@ -91,6 +91,9 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
         if caps.compact_only:
             out.append(f"{who} refuses non-compact strides (transposed or sliced views); dlbridge makes a dense copy "
                        "(copy=False raises LayoutError).")  # fmt: skip
+        if caps.offset_needs_strides:
+            out.append(f"{who} refuses a byte_offset on a capsule without strides (legal DLPack; "
+                       f"{_source(name, 'offset_needs_strides')}); dlbridge has the producer re-export it densely.")  # fmt: skip
         if not caps.readonly_arrays:
             legacy = "" if caps.versioned_capsules else " and reads only legacy capsules, which cannot say so"
             out.append(f"{who} has no read-only arrays{legacy}: dlbridge refuses read-only sources (ReadOnlyError) "
