@@ -272,6 +272,7 @@ class _Call:
                 dev = alias_device(dev)  # a pinned torch tensor's results come back as CPU tensors
             self.first_device = dev
         if source is spec.target and spec.keep_native:
+            self.given[id(x)] = (x, x)  # handed back, it is the caller's own object, not a view
             return x
         if not spec.convert:
             self.check(x, where)
@@ -335,14 +336,15 @@ class _Call:
         __tracebackhide__ = True
         spec = self.spec
         given = self.given.get(id(r))
+        handed_back = False
         if given is not None and given[0] is r and _same_memory(r, given[1]):
             # The body returned an argument it was handed, zero-copy: give back what the caller
             # passed (its own object, true dtype and all), or convert that instead of the view.
             if adapter_for(given[1]) is back:
                 return given[1]
-            r = given[1]
+            r, handed_back = given[1], True
         dtype = None
-        if self.views:
+        if self.views and not handed_back:  # the caller's own object already has its true dtype
             wire = lookup(getattr(r, "dtype", None))
             if wire is not None and wire in self.views:
                 dtype = self.views[wire][0]
