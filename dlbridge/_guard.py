@@ -297,6 +297,11 @@ class _Call:
         if logical is not None and logical != wire and logical.width == wire.width:
             self.views.setdefault(wire, (dtype_name(*logical), self.spec.label(where)))
 
+    def plain_argument(self, wire: DType) -> bool:
+        """Whether the caller also passed a genuine ``wire`` array (a real uint16 beside a bf16 view):
+        then a ``wire`` result may be either, and it is left as the body made it, not relabelled."""
+        return any(lookup(getattr(original, "dtype", None)) == wire for _, original in self.given.values())
+
     def view_note(self) -> str:
         seen = ", ".join(
             f"{arg} as a {dtype_name(*wire)} view of {logical}" for wire, (logical, arg) in self.views.items()
@@ -346,7 +351,7 @@ class _Call:
         dtype = None
         if self.views and not handed_back:  # the caller's own object already has its true dtype
             wire = lookup(getattr(r, "dtype", None))
-            if wire is not None and wire in self.views:
+            if wire is not None and wire in self.views and not self.plain_argument(wire):
                 dtype = self.views[wire][0]
         device = self.first_device if spec.track_device and spec.back is NOT_GIVEN else None
         if dtype is None and adapter_for(r) is back and (device is None or _device(r) == device):

@@ -397,3 +397,25 @@ def test_pinned_argument_results_come_back_as_cpu_tensors() -> None:
         return a
 
     assert check(x) is x  # NumPy can use that memory: nothing to refuse
+
+
+def test_a_genuine_uint8_argument_beside_a_view_keeps_new_results_uint8() -> None:
+    """A uint8 result beside a float8 view that also came in as uint8 could be either: it is left as
+    the body made it (uint8) rather than relabelled; without the plain argument it is restored."""
+    y = need("jax.numpy").asarray([0.5, -1.0, 2.0, 0.25], dtype="float8_e4m3b11fnuz")  # torch: a uint8 view
+    mask = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
+
+    @dlbridge.guard("torch", fallback="view")
+    def scaled(m, v):
+        return m * 2, v.clone()
+
+    doubled, copied = scaled(mask, y)
+    assert doubled.dtype == torch.uint8 and doubled.tolist() == [2, 4, 6, 8]
+    assert copied.dtype == torch.uint8  # ambiguous too: the bits stay, the dtype is the body's
+
+    @dlbridge.guard("torch", fallback="view")
+    def copied_only(v):
+        return v.clone()
+
+    restored = copied_only(y)
+    assert str(restored.dtype) == "float8_e4m3b11fnuz" and np.asarray(restored).tolist() == [0.5, -1.0, 2.0, 0.25]

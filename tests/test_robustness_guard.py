@@ -127,6 +127,9 @@ def run_guard(call: GuardCall) -> str:
     converted = {i for i in sources if i in chosen and call.convert and i not in native}
     viewed = {i for i in converted if not holds(target, sources[i].logical) and fb == "view"}
     view_logicals = sorted({sources[i].logical for i in viewed})
+    # A genuine uint8 argument beside a uint8 view makes a uint8 result ambiguous: README, the guard
+    # then leaves it as the body made it instead of relabelling it.
+    plain_u8 = bool(viewed) and any(sources[i].logical == "uint8" for i in chosen if i in sources)
 
     must: dict[str, type] = {}  # labels that must fail (one is named), and those that may
     may: dict[str, type] = {}
@@ -240,7 +243,9 @@ def run_guard(call: GuardCall) -> str:
             logicals, bits = [src.logical], src.raw
         else:
             got = dtype_of(info.received)
-            if info.item in viewed and got == "uint8":
+            if got == "uint8" and plain_u8:
+                logicals = [got]
+            elif info.item in viewed and got == "uint8":
                 logicals = view_logicals
             elif got == "uint8" and view_logicals:  # open: a native uint8 copy beside a uint8 view
                 logicals = [got, *view_logicals]
