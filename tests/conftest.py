@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -38,3 +39,23 @@ def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess[st
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
     )
+
+
+def run_child_pytest(test_file: str, flag: str, expect_passed: int, tmp_path=None, timeout: float = 900) -> None:
+    """Run ``test_file``'s ``-k property`` tests in a child pytest with ``flag=1`` set (they hand
+    consumers layouts that abort the process when something regresses: a crash fails one test).
+
+    ``$DLBRIDGE_FALLBACK`` is dropped (no fallback= means "raise"); hypothesis keeps its files in
+    ``tmp_path`` when given, so failure patches stay out of the checkout.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_FALLBACK"}
+    env[flag] = "1"
+    if tmp_path is not None:
+        env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "property", test_file],
+        capture_output=True, text=True, env=env, timeout=timeout,
+    )  # fmt: skip
+    tail = (proc.stdout + proc.stderr)[-6000:]
+    assert proc.returncode == 0, f"child exited {proc.returncode} (negative: killed by a signal):\n{tail}"
+    assert f"{expect_passed} passed" in proc.stdout, tail

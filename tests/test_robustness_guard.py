@@ -62,7 +62,7 @@ from tests._guard_sources import (
 )
 from tests._option_sources import B11, Source, Spec, bits_of, dtype_of, framework_of, on_cpu
 from tests._robust_helpers import data_ptr
-from tests.conftest import need
+from tests.conftest import need, run_child_pytest
 
 need("jax")
 need("ml_dtypes")
@@ -352,10 +352,10 @@ def test_property_guard_keeps_its_contract(call: GuardCall) -> None:
 B11_J, B11_N, FP4_T = Spec("jax", B11), Spec("numpy", B11), Spec("torch", FP4)
 U8_T, U8_N, U8_J = Spec("torch", "uint8"), Spec("numpy", "uint8"), Spec("jax", "uint8")
 KNOWN_CALLS = {
-    # A uint8 argument handed back beside a fallback="view" uint8 view is relabelled with the view's
-    # dtype: not the caller's own tensor (1), a float8_e4m3b11fnuz JAX array for a NumPy uint8 (2), a
-    # float4 tensor for a NumPy uint8 in a dict (3), and with returns="torch" the caller's JAX uint8
-    # array converts as float8_e4m3b11fnuz for as long as the result lives (4; in (1) as well).
+    # Fixed 2026-11-22: a uint8 argument handed back beside a fallback="view" uint8 view was relabelled
+    # with the view's dtype: not the caller's own tensor (1), a float8_e4m3b11fnuz JAX array for a NumPy
+    # uint8 (2), a float4 tensor for a NumPy uint8 in a dict (3), and with returns="torch" the caller's
+    # JAX uint8 array converted as float8_e4m3b11fnuz for as long as the result lived (4; in (1) as well).
     "uint8-argument-beside-a-view": [
         GuardCall("torch", (Item(U8_T), Item(B11_J)), fallback="view"),
         GuardCall("torch", (Item(B11_J), Item(U8_N)), fallback="view", pick=1),
@@ -396,16 +396,4 @@ CHILD_TESTS = 2 + len(KNOWN_CALLS)
 
 @pytest.mark.skipif(IN_CHILD, reason="this is the child")
 def test_guard_in_a_child_process(tmp_path: Any) -> None:
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_FALLBACK"}  # no fallback= means "raise"
-    env["DLBRIDGE_GUARD_CHILD"] = "1"
-    env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp_path)  # failure patches stay out of the checkout
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "property", __file__],
-        capture_output=True, text=True, env=env, timeout=900,
-    )  # fmt: skip
-    tail = (proc.stdout + proc.stderr)[-6000:]
-    assert proc.returncode == 0, f"child exited {proc.returncode} (negative: killed by a signal):\n{tail}"
-    assert f"{CHILD_TESTS} passed" in proc.stdout, tail
+    run_child_pytest(__file__, "DLBRIDGE_GUARD_CHILD", CHILD_TESTS, tmp_path)

@@ -14,7 +14,7 @@ import pytest
 
 import dlbridge
 from tests._robust_helpers import TO, data_ptr, np, torch
-from tests.conftest import need
+from tests.conftest import need, run_child_pytest
 from tests.ctypes_producer import CtypesArray, live_exports
 
 jax = need("jax")
@@ -110,17 +110,7 @@ def test_property_round_trips_keep_bits_and_share_memory(case, order) -> None:
 
 @pytest.mark.skipif(IN_CHILD, reason="this is the child")
 def test_properties_in_a_child_process() -> None:
-    import subprocess
-    import sys
-
-    env = {**os.environ, "DLBRIDGE_PROPERTY_CHILD": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "property", __file__],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
-    tail = (proc.stdout + proc.stderr)[-4000:]
-    assert proc.returncode == 0, f"child exited {proc.returncode} (negative: killed by a signal):\n{tail}"
-    assert "2 passed" in proc.stdout, tail
+    run_child_pytest(__file__, "DLBRIDGE_PROPERTY_CHILD", expect_passed=2, timeout=600)
 
 
 @st.composite
@@ -242,7 +232,7 @@ def _thread_work(k: int, stop: float, counts: list[int], errors: list[BaseExcept
 @pytest.mark.parametrize("seconds", [pytest.param(3.0, id="3s"), pytest.param(10.0, id="10s", marks=pytest.mark.slow)])
 def test_threads_convert_concurrently(seconds: float) -> None:
     n = 8
-    counts, errors, producers = [0] * n, [], []
+    counts, errors, producers = [0] * n, list[BaseException](), list[CtypesArray]()
     dlbridge.to_jax(torch.zeros(8, 8))  # compile once before the clock starts
     stop = time.perf_counter() + seconds
     threads = [threading.Thread(target=_thread_work, args=(k, stop, counts, errors, producers)) for k in range(n)]

@@ -46,7 +46,7 @@ from tests._option_sources import (
     writable,
 )
 from tests._robust_helpers import data_ptr, np, torch
-from tests.conftest import need
+from tests.conftest import need, run_child_pytest
 from tests.ctypes_producer import CtypesArray
 
 jax = need("jax")
@@ -324,21 +324,22 @@ def test_property_views_restore_their_dtype_onward(spec: Spec, copy: Any, onward
 
 # dlbridge bugs the properties found, pinned so they are checked at any example count (each fails
 # until fixed). The README contract each breaks is in the failure message.
+# Bugs these properties found (all fixed 2026-11-22), pinned so they cannot come back.
 KNOWN_CALLS = {
-    # fallback="upcast" with copy=False returns a float32 copy instead of raising.
+    # fallback="upcast" with copy=False returned a float32 copy instead of raising.
     "upcast-copy-false": [Call(Spec("jax", B11), "torch", fallback="upcast", copy=False)],
-    # copy=True into JAX from a layout JAX cannot share: LayoutError "copy=False forbids that" whenever
-    # NumPy's dense copy is not 64-byte aligned (allocation-dependent: most of the time, so 20 shapes).
+    # copy=True into JAX from a layout JAX cannot share raised LayoutError "copy=False forbids that" whenever
+    # NumPy's dense copy was not 64-byte aligned (allocation-dependent: most of the time, so 20 shapes).
     "jax-copy-true-strided": [
         Call(Spec("numpy", "float32", "sliced", rows=r, cols=c), "jax", copy=True)
         for r in range(1, 5)
         for c in range(1, 6)
     ],
-    # NULL strides with a byte_offset (a legal capsule): torch refuses it; CapsuleError even with copy=True.
+    # NULL strides with a byte_offset (a legal capsule): torch refuses it; it was a CapsuleError even with copy=True.
     "torch-null-strides-offset": [Call(Spec("ctypes", "float32", lead=1, null_strides=True), "torch", copy=True)],
-    # A read-only bf16/fp8 NumPy array into JAX with copy=True: ReadOnlyError.
+    # A read-only bf16/fp8 NumPy array into JAX with copy=True raised ReadOnlyError.
     "jax-readonly-bf16-copy-true": [Call(Spec("numpy", "bfloat16", readonly=True), "jax", copy=True)],
-    # A fallback="view" view that JAX cannot share (non-compact) reaches JAX as uint8, not its real dtype.
+    # A fallback="view" view that JAX cannot share (non-compact) reached JAX as uint8, not its real dtype.
     "view-onward-jax-strided": [Call(Spec("view", base=Spec("numpy", B11, "sliced", rows=2, cols=1)), "jax")],
 }
 KNOWN_VIEWS = {
@@ -376,16 +377,4 @@ def test_error_classes_inherit_their_documented_builtins() -> None:
 
 @pytest.mark.skipif(IN_CHILD, reason="this is the child")
 def test_options_in_a_child_process(tmp_path: Any) -> None:
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_FALLBACK"}  # fallback=None means "raise"
-    env["DLBRIDGE_OPTIONS_CHILD"] = "1"
-    env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp_path)  # failure patches stay out of the checkout
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "property", __file__],
-        capture_output=True, text=True, env=env, timeout=900,
-    )  # fmt: skip
-    tail = (proc.stdout + proc.stderr)[-6000:]
-    assert proc.returncode == 0, f"child exited {proc.returncode} (negative: killed by a signal):\n{tail}"
-    assert f"{CHILD_TESTS} passed" in proc.stdout, tail
+    run_child_pytest(__file__, "DLBRIDGE_OPTIONS_CHILD", CHILD_TESTS, tmp_path)
