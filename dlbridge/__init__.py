@@ -21,6 +21,7 @@ __all__ = [
     "ReadOnlyError",
     "LayoutError",
     "NotAnArrayError",
+    "ProducerError",
     "OptionError",
     "MissingFrameworkError",
 ]
@@ -44,6 +45,7 @@ from ._errors import LayoutError as LayoutError
 from ._errors import MissingFrameworkError as MissingFrameworkError
 from ._errors import NotAnArrayError as NotAnArrayError
 from ._errors import OptionError as OptionError
+from ._errors import ProducerError as ProducerError
 from ._errors import ReadOnlyError as ReadOnlyError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
 from ._options import fallback_policy as fallback_policy

@@ -12,7 +12,17 @@ from dataclasses import replace
 from typing import Any
 
 from . import _logical
-from ._adapters import ADAPTERS, Adapter, adapter_for, adapter_named, export_capsule, producer_name
+from ._adapters import (
+    ADAPTERS,
+    Adapter,
+    AsIs,
+    adapter_for,
+    adapter_named,
+    export_capsule,
+    producer_error,
+    producer_name,
+    symbolic_error,
+)
 from ._capabilities import Capabilities
 from ._capsule import (
     DEVICE_ALIASES,
@@ -88,7 +98,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         return _from_capsule(x, target, fallback, dtype, device, copy, stream)
     source = adapter_for(x)
     if source is None and not hasattr(cls, "__dlpack__"):
-        raise NotAnArrayError(
+        raise symbolic_error(cls) or NotAnArrayError(
             f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {cls.__module__}."
             f"{cls.__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
         )
@@ -102,14 +112,20 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
     if dst_dev != home or home[0] not in target.device_codes:
         return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy)
     caps = target.capabilities()
-    if src_dev[0] in GPU_CODES:
-        wire_stream = _gpu_stream(stream, source, target, src_dev)
-        with source.on_device(src_dev) if source is not None else nullcontext():
-            capsule = _export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy)
-    else:
-        if stream is not None:
-            raise OptionError(f"stream={stream!r} on {device_name(src_dev[0])}: only stream=None is valid off the GPU")
-        capsule = _export(x, source, None, MAX_VERSION if caps.versioned_capsules else None, copy)
+    try:  # (free unless raised) AsIs: the target gets x itself, e.g. torch -> torch keeping autograd
+        if src_dev[0] in GPU_CODES:
+            wire_stream = _gpu_stream(stream, source, target, src_dev)
+            with source.on_device(src_dev) if source is not None else nullcontext():
+                capsule = _export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy,
+                                  target, dtype)  # fmt: skip
+        else:
+            if stream is not None:
+                raise OptionError(
+                    f"stream={stream!r} on {device_name(src_dev[0])}: only stream=None is valid off the GPU"
+                )
+            capsule = _export(x, source, None, MAX_VERSION if caps.versioned_capsules else None, copy, target, dtype)
+    except AsIs as kept:
+        return kept.value
     info = read(capsule, source.name if source is not None else producer_name(x))
     if info.device_code != home[0] or info.device_id != home[1]:
         check_device(info, src_dev)  # raises unless the capsule is on the claimed device (or its alias)
@@ -265,12 +281,16 @@ def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adap
 
 
 def _export(x: Any, source: Adapter | None, stream: int | None, max_version: tuple[int, int] | None,
-            copy: bool | None = None) -> Any:  # fmt: skip
+            copy: bool | None = None, target: Adapter | None = None, dtype: Any = None) -> Any:  # fmt: skip
+    """The producer's capsule. ``target`` None: only described (``inspect``). Raises ``AsIs``
+    when the target should get ``x`` itself (see ``Adapter.export_failed``)."""
     try:
         if source is not None:
             capsule = source.export(x, stream=stream, max_version=max_version)
         else:
             capsule = export_capsule(x, stream=stream, max_version=max_version)
+    except DLBridgeError:
+        raise  # from dlbridge inside the producer (or a refusing adapter): already says what to do
     except BufferError as err:
         if "readonly" in str(err).lower() or "read-only" in str(err).lower():
             if copy is True:  # a legacy-only consumer: let the producer make a writable copy
@@ -279,12 +299,30 @@ def _export(x: Any, source: Adapter | None, stream: int | None, max_version: tup
                 f"{type(x).__name__} is read-only and the consumer reads only legacy capsules, which cannot "
                 "say so; pass copy=True, or make the array writeable"
             ) from err
-        raise CapsuleError(f"{type(x).__name__}.__dlpack__() failed: {type(err).__name__}: {err}") from err
+        capsule = _export_failed(x, source, err, stream, max_version, copy, target, dtype)
     except Exception as err:
-        raise CapsuleError(f"{type(x).__name__}.__dlpack__() failed: {type(err).__name__}: {err}") from err
+        capsule = _export_failed(x, source, err, stream, max_version, copy, target, dtype)
     if type(capsule) is not CapsuleType:
         raise CapsuleError(f"{type(x).__name__}.__dlpack__() returned {type(capsule).__name__}, not a capsule")
     return capsule
+
+
+def _export_failed(x: Any, source: Adapter | None, err: Exception, stream: int | None,
+                   max_version: tuple[int, int] | None, copy: bool | None, target: Adapter | None,
+                   dtype: Any) -> Any:  # fmt: skip
+    """A failed export: a resolved stand-in's capsule, ``AsIs``, or an error naming the fix."""
+    if source is not None:
+        try:
+            capsule = source.export_failed(
+                x, stream=stream, max_version=max_version, copy=copy, target=target, dtype=dtype
+            )
+        except DLBridgeError as known:
+            if known.__cause__ is None:
+                known.__cause__ = err
+            raise
+        if capsule is not None:
+            return capsule
+    raise producer_error(x, err, "__dlpack__") from err
 
 
 def _export_copy(x: Any, source: Adapter | None, stream: int | None, max_version: tuple[int, int] | None,

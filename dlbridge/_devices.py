@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._adapters import Adapter
+from ._adapters import Adapter, producer_error
 from ._capsule import DEVICE_CODES, GPU_CODES, DLPackInfo, alias_device, device_name
-from ._errors import CapsuleError, DeviceMismatchError, OptionError
+from ._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
 
 __all__ = ["device_of", "check_device", "parse_device", "stream_for"]
 
@@ -16,8 +16,10 @@ def device_of(x: Any) -> tuple[int, int]:
     try:
         dev = x.__dlpack_device__()
         return (int(dev[0]), int(dev[1]))
-    except Exception as err:
-        raise CapsuleError(f"{type(x).__name__}.__dlpack_device__() failed: {type(err).__name__}: {err}") from err
+    except DLBridgeError:
+        raise  # from dlbridge inside the producer: already says what to do
+    except Exception as err:  # a deleted or traced array, ...: the adapter names the fix when it knows
+        raise producer_error(x, err, "__dlpack_device__") from err
 
 
 def check_device(info: DLPackInfo, claimed: tuple[int, int]) -> DLPackInfo:

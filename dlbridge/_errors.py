@@ -15,6 +15,7 @@ __all__ = [
     "ReadOnlyError",
     "LayoutError",
     "NotAnArrayError",
+    "ProducerError",
     "OptionError",
     "MissingFrameworkError",
 ]
@@ -51,6 +52,15 @@ class NotAnArrayError(DLBridgeError, TypeError):
     """The object neither supports ``__dlpack__`` nor is a DLPack capsule."""
 
 
+class ProducerError(DLBridgeError, BufferError):
+    """The source cannot be handed over as it is, and the message names the call that fixes it.
+
+    Its producer refuses to export it (a sparse, meta, quantized or deleted array), or it carries
+    state the target would silently lose (an autograd graph, a mask, a lazy conjugate or negative
+    bit under ``copy=False``). Raised instead of a capsule error: nothing is wrong with DLPack here.
+    """
+
+
 class OptionError(DLBridgeError, ValueError):
     """An option (``to=``, ``fallback=``, ``dtype=``, ``device=`` ...) has a value dlbridge does not know."""
 
@@ -67,6 +77,7 @@ for _cls in (
     ReadOnlyError,
     LayoutError,
     NotAnArrayError,
+    ProducerError,
     OptionError,
     MissingFrameworkError,
 ):

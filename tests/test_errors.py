@@ -127,12 +127,6 @@ def test_jax_copy_false_on_a_strided_slice() -> None:
     assert dlbridge.to_jax(t).tolist() == t.tolist()
 
 
-def test_requires_grad_is_detached() -> None:
-    p = torch.ones(3, requires_grad=True)
-    out = dlbridge.to_numpy(p)
-    assert out.ctypes.data == p.data_ptr()
-
-
 def test_cuda_upload_without_cuda_is_a_device_error() -> None:
     """device="cuda" on a build or machine without CUDA: DeviceMismatchError, not torch's
     AssertionError or JAX's RuntimeError."""

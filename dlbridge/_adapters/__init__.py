@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 
-from .._errors import OptionError
-from ._base import Adapter, export_capsule
+from .._errors import DLBridgeError, OptionError, ProducerError
+from ._base import Adapter, AsIs, export_capsule
 from ._cupy import CupyAdapter
 from ._jax import JaxAdapter
 from ._numpy import NumpyAdapter
 from ._torch import TorchAdapter
 
-__all__ = ["Adapter", "ADAPTERS", "adapter_named", "adapter_for", "producer_name", "export_capsule"]
+__all__ = [
+    "Adapter",
+    "ADAPTERS",
+    "AsIs",
+    "adapter_named",
+    "adapter_for",
+    "producer_error",
+    "producer_name",
+    "symbolic_error",
+    "export_capsule",
+]
 
 ADAPTERS: dict[str, Adapter] = {a.name: a for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter())}
 _NAMES: dict[str, Adapter] = {
@@ -31,9 +42,12 @@ def adapter_named(to: object) -> Adapter:
     return adapter
 
 
-# Types already recognised (a class's bases never change, so a hit stays true). Misses are not
-# cached: the framework may not be loaded yet. Bounded, for processes that mint classes.
+# Types already recognised (a class's bases never change, so a hit stays true), and types found
+# to be no framework's array, with len(sys.modules) at the time: a miss is trusted only until
+# more modules load (the framework may come later, or register a virtual subclass on import).
+# Both bounded, for processes that mint classes.
 _BY_TYPE: dict[type, Adapter] = {}
+_NOT_ARRAYS: dict[type, int] = {}
 
 
 def adapter_for(obj: object) -> Adapter | None:
@@ -42,13 +56,65 @@ def adapter_for(obj: object) -> Adapter | None:
     adapter = _BY_TYPE.get(cls)
     if adapter is not None:
         return adapter
+    return _classify(obj, cls)
+
+
+def _classify(obj: object, cls: type) -> Adapter | None:
+    loaded = len(sys.modules)
+    if _NOT_ARRAYS.get(cls) == loaded:
+        return None
+    found = None
+    for candidate in ADAPTERS.values():  # by class hierarchy: subclasses defined anywhere count
+        base = candidate.array_class()
+        if base is not None and _subclass(cls, base):
+            found = candidate
+            break
+    if found is None:  # by module: arrays that are instances only virtually (JAX's tracers)
+        module = cls.__module__
+        candidate = _BY_MODULE.get(module.partition(".")[0]) if isinstance(module, str) else None  # type: ignore[assignment]
+        if candidate is not None and candidate.is_array(obj):
+            found = candidate
+    if found is None:
+        if len(_NOT_ARRAYS) >= 256:
+            _NOT_ARRAYS.clear()
+        _NOT_ARRAYS[cls] = loaded
+        return None
+    found = found.for_type(cls)
+    if len(_BY_TYPE) >= 256:
+        _BY_TYPE.clear()
+    _BY_TYPE[cls] = found
+    return found
+
+
+def _subclass(cls: type, base: type) -> bool:
+    try:
+        return issubclass(cls, base)
+    except TypeError:  # a metaclass whose __subclasscheck__ refuses the question
+        return False
+
+
+def producer_error(x: object, err: BaseException, call: str) -> DLBridgeError:
+    """The error for a producer whose ``call`` (``__dlpack__``, ``__dlpack_device__``) raised
+    ``err``: one naming the fix when its adapter knows the state, else a generic one."""
+    adapter = adapter_for(x)
+    known = adapter.state_error(x) if adapter is not None else None
+    if known is None:
+        known = symbolic_error(type(x))
+    if known is not None:
+        return known
+    return ProducerError(f"{type(x).__name__}.{call}() failed: {type(err).__name__}: {err}")
+
+
+def symbolic_error(cls: type) -> DLBridgeError | None:
+    """For a placeholder a framework traces with (no data, often no ``__dlpack__``): what to do."""
     module = cls.__module__
-    adapter = _BY_MODULE.get(module.partition(".")[0]) if isinstance(module, str) else None
-    if adapter is not None and adapter.is_array(obj):
-        if len(_BY_TYPE) >= 256:
-            _BY_TYPE.clear()
-        _BY_TYPE[cls] = adapter
-        return adapter
+    if isinstance(module, str) and module.startswith("tensorflow.") and "Symbolic" in cls.__name__:
+        # tf.function traces with SymbolicTensor, which has no __dlpack__ (probe 2026-11-23, TF 2.21).
+        return ProducerError(
+            f"a symbolic TensorFlow tensor ({cls.__name__}, inside tf.function or a graph) has no data to "
+            "share; call it outside tf.function, or inside tf.py_function / tf.numpy_function, which run "
+            "on concrete values"
+        )
     return None
 
 

@@ -14,9 +14,18 @@ from typing import Any, ClassVar
 
 from .._capabilities import Capabilities, capabilities
 from .._capsule import Carrier
-from .._errors import MissingFrameworkError
+from .._errors import DLBridgeError, MissingFrameworkError
 
-__all__ = ["Adapter", "export_capsule"]
+__all__ = ["Adapter", "AsIs", "export_capsule"]
+
+
+class AsIs(Exception):  # a signal, caught in _convert
+    """Raised by ``Adapter.export_failed`` when the target should get ``value`` itself, not an
+    import of a capsule (a torch tensor that requires grad, handed to torch: its graph is kept)."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self.value = value
 
 
 def export_capsule(obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
@@ -44,10 +53,20 @@ class Adapter:
     honours_stream: ClassVar[bool] = True
 
     # --- detection (never imports) -----------------------------------------------------
-    def is_array(self, obj: object) -> bool:
+    def array_class(self) -> type | None:
+        """The framework's array base class, if the framework is loaded (read from sys.modules)."""
         mod = sys.modules.get(self.array_type[0])
         cls = getattr(mod, self.array_type[1], None) if mod is not None else None
+        return cls if isinstance(cls, type) else None
+
+    def is_array(self, obj: object) -> bool:
+        cls = self.array_class()
         return cls is not None and isinstance(obj, cls)
+
+    def for_type(self, cls: type) -> Adapter:
+        """The adapter for arrays of class ``cls`` (one of this framework's array classes): this
+        one, or a stand-in that refuses a subclass whose state DLPack would drop (a mask)."""
+        return self
 
     def loaded(self) -> bool:
         return self.module in sys.modules
@@ -85,6 +104,25 @@ class Adapter:
     # --- producing ------------------------------------------------------------------------
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         return export_capsule(obj, stream=stream, max_version=max_version)
+
+    # --- unusual states: consulted only after the producer failed (free on the common path) --
+    def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
+                      copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
+        """After ``export`` raised: a capsule of a stand-in that is right to share (a resolved
+        copy), or raise an error naming the fix (or ``AsIs``); None when the failure is not known.
+
+        ``target`` None: the capsule is only described (``inspect``), never imported, so a
+        capsule of the same memory will do.
+        """
+        error = self.state_error(obj)
+        if error is not None:
+            raise error
+        return None
+
+    def state_error(self, obj: Any) -> DLBridgeError | None:
+        """An error naming the fix when ``obj`` is in a state no ``copy=`` can help (sparse, meta,
+        quantized, deleted, traced), else None. Called only after one of its DLPack methods failed."""
+        return None
 
     def has_cuda(self) -> bool:
         """Whether this framework sees a CUDA device in this process (imports it)."""

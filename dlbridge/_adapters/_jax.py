@@ -5,6 +5,7 @@ from typing import Any
 
 from .._capabilities import Capabilities
 from .._capsule import GPU_CODES
+from .._errors import DLBridgeError, ProducerError
 from ._base import Adapter
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
@@ -42,6 +43,21 @@ class JaxAdapter(Adapter):
     def hint(self, dtype: str) -> str | None:
         if dtype in _X64 and not self.mod.config.jax_enable_x64:
             return 'JAX runs without 64-bit types: jax.config.update("jax_enable_x64", True) lets it hold them.'
+        return None
+
+    def state_error(self, obj: Any) -> DLBridgeError | None:
+        if isinstance(obj, self.mod.core.Tracer):
+            return ProducerError(
+                f"a JAX tracer ({type(obj).__name__}, {getattr(obj, 'aval', '?')}) is a placeholder inside "
+                "jax.jit (or another transform) with no data to share; call it outside jax.jit, or use "
+                "jax.pure_callback to run it on the concrete values"
+            )
+        deleted = getattr(obj, "is_deleted", None)
+        if deleted is not None and deleted():
+            return ProducerError(
+                f"the JAX array ({obj.dtype}{list(obj.shape)}) was deleted (x.delete(), or donated to a jitted "
+                "function) and has no data left; convert it before it is deleted or donated"
+            )
         return None
 
     def has_cuda(self) -> bool:

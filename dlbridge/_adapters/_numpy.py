@@ -1,10 +1,12 @@
 from __future__ import annotations
 
-from functools import lru_cache
+import sys
+from functools import cached_property, lru_cache
 from typing import Any
 
 from .._capsule import relabel
 from .._dtypes import BY_NAME
+from .._errors import ProducerError
 from ._base import Adapter, export_capsule
 
 
@@ -39,6 +41,14 @@ class NumpyAdapter(Adapter):
         relabel(capsule, logical)
         return capsule
 
+    def for_type(self, cls: type) -> Adapter:
+        masked = getattr(sys.modules.get("numpy.ma"), "MaskedArray", None)
+        return self._masked if isinstance(masked, type) and issubclass(cls, masked) else self
+
+    @cached_property
+    def _masked(self) -> Adapter:
+        return _MaskedArrays()
+
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(numpy_dtype(dtype))
 
@@ -64,3 +74,16 @@ class NumpyAdapter(Adapter):
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
         np = self.mod
         return np.asarray(table, dtype=np.float32)[u8]
+
+
+class _MaskedArrays(NumpyAdapter):
+    """NumPy masked arrays: DLPack carries the data without the mask (NumPy's own __dlpack__ and
+    every consumer drop it without a word), so they are refused, the mask named."""
+
+    def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+        masked = int(obj.mask.sum()) if obj.mask is not self.mod.ma.nomask else 0
+        raise ProducerError(
+            f"a NumPy masked array ({obj.dtype}{list(obj.shape)}, {masked} masked) would lose its mask: DLPack "
+            "carries only the data, masked entries included. Pass x.filled(value) to replace the masked "
+            "entries, or x.data for the raw data with the mask dropped on purpose (and x.mask separately)"
+        )

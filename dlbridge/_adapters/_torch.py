@@ -1,10 +1,18 @@
 from __future__ import annotations
 
+import sys
 from contextlib import AbstractContextManager, nullcontext
+from functools import cached_property
 from typing import Any
 
 from .._capsule import GPU_CODES, device_name
-from ._base import Adapter, export_capsule
+from .._errors import DLBridgeError, ProducerError
+from ._base import Adapter, AsIs, export_capsule
+
+# torch's Tensor.__dlpack__ refuses a tensor that requires grad or has its conjugate bit set, but
+# exports one with the negative bit set as its bare memory, without the sign (probe 2026-11-23,
+# torch 2.13: torch.tensor([1+2j]).conj().imag reaches np.from_dlpack as [2.], not [-2.]).
+_NEG_BIT = "Can't export tensors with the negative bit set"
 
 
 class TorchAdapter(Adapter):
@@ -16,10 +24,78 @@ class TorchAdapter(Adapter):
     device_codes = frozenset({1, 2, 10})
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
-        # Another framework cannot carry autograd history; torch refuses to export without detach.
-        if obj.requires_grad:
-            obj = obj.detach()
+        # Refused like torch's own refusals (autograd, conjugate bit): export_failed resolves it.
+        if obj.is_neg():
+            raise BufferError(_NEG_BIT)
         return export_capsule(obj, stream=stream, max_version=max_version)
+
+    def for_type(self, cls: type) -> Adapter:
+        fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", None)
+        return self._fake if isinstance(fake, type) and issubclass(cls, fake) else self
+
+    @cached_property
+    def _fake(self) -> Adapter:
+        return _FakeTensors()
+
+    def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
+                      copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
+        error = self.state_error(obj)
+        if error is not None:
+            raise error
+        if target is None:  # described only: the same memory, without the lazy bits' meaning
+            plain = obj.detach()
+            return export_capsule(plain.conj() if plain.is_conj() else plain, stream=stream, max_version=max_version)
+        call = f"to_{target.name}()"
+        if obj.requires_grad:
+            if target is self and dtype is None:  # torch -> torch: nothing to change, the graph is kept
+                raise AsIs(obj.clone() if copy else obj)
+            what = f"{target.name} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
+            raise ProducerError(
+                f"{call}: {_describe(obj)} requires grad, and {what}; dlbridge does not drop it silently. "
+                "Pass x.detach() to convert its values without the graph (no gradient flows back through them)."
+            )
+        conj, neg = obj.is_conj(), obj.is_neg()
+        if conj or neg:
+            if copy is False:
+                bit, fix = ("conjugate", "x.resolve_conj()") if conj else ("negative", "x.resolve_neg()")
+                raise ProducerError(
+                    f"{call}: {_describe(obj)} has its {bit} bit set (a lazy {'x.conj()' if conj else 'negation'}): "
+                    f"its memory holds other values than it stands for, so only a resolved copy is right to "
+                    f"share, which copy=False forbids. Pass copy=None, or {fix} first."
+                )
+            resolved = obj.resolve_conj().resolve_neg()  # a copy with the values the tensor stands for
+            return self.export(resolved, stream=stream, max_version=max_version)
+        return None
+
+    def state_error(self, obj: Any) -> DLBridgeError | None:
+        torch = self.mod
+        if obj.layout != torch.strided:
+            return ProducerError(
+                f"{_describe(obj)} has layout {obj.layout}, and DLPack shares only strided (dense) tensors; "
+                "pass x.to_dense() (a dense copy)"
+            )
+        if obj.is_meta:
+            return ProducerError(
+                f"{_describe(obj)}: the meta device holds a shape and a dtype but no data to share; "
+                "make it on a real device (or load its values) first"
+            )
+        if obj.is_quantized:
+            return ProducerError(
+                f"{_describe(obj)} is quantized, and DLPack has no quantized dtypes; pass x.dequantize() for "
+                "its real values, or x.int_repr() for the stored integers"
+            )
+        if obj.is_nested:
+            return ProducerError(
+                "a torch nested tensor has no single strided layout to share; pass x.to_padded_tensor(0.0), "
+                "or its components (x.unbind())"
+            )
+        functorch = getattr(torch._C, "_functorch", None)
+        if functorch is not None and functorch.is_functorch_wrapped_tensor(obj):
+            return ProducerError(
+                f"{_describe(obj)} is a value inside a torch.func transform (vmap, grad, ...): a wrapper with "
+                "no memory of its own; convert outside the transform"
+            )
+        return None
 
     def has_cuda(self) -> bool:
         try:
@@ -70,3 +146,23 @@ class TorchAdapter(Adapter):
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
         torch = self.mod
         return torch.tensor(table, dtype=torch.float32, device=u8.device)[u8.to(torch.int64)]
+
+
+class _FakeTensors(TorchAdapter):
+    """torch's fake tensors (torch.compile tracing, FakeTensorMode): shapes without data. torch
+    2.13 exports them with a NULL data pointer and a deprecation warning; refused here instead."""
+
+    def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+        raise ProducerError(
+            f"{_describe(obj)} is a fake tensor (torch.compile tracing or FakeTensorMode): it has no data "
+            "to share; convert outside the compiled region (torch.compiler.disable), or from a custom op"
+        )
+
+
+def _describe(t: Any) -> str:
+    dtype = str(t.dtype).removeprefix("torch.")
+    try:
+        shape = list(t.shape)
+    except Exception:  # nested tensors have no single shape
+        return f"a torch {dtype} tensor"
+    return f"a torch {dtype}{shape} tensor on {t.device}"
