@@ -271,7 +271,9 @@ def test_unknown_producer_failure_is_a_producer_error_not_a_capsule_error() -> N
 @pytest.mark.parametrize("to", ["numpy", "torch", "jax"])
 def test_masked_array_is_refused_naming_filled_and_data(to: str) -> None:
     m = np.ma.masked_array(np.array([1.0, 2.0, 3.0], np.float32), mask=[False, True, False])
-    with pytest.raises(dlbridge.ProducerError, match=r"masked array \(float32\[3\], 1 masked\).*x\.filled\(value\).*x\.data"):
+    with pytest.raises(
+        dlbridge.ProducerError, match=r"masked array \(float32\[3\], 1 masked\).*x\.filled\(value\).*x\.data"
+    ):
         dlbridge.convert(m, to)
     with pytest.raises(dlbridge.ProducerError, match="0 masked"):  # no masked entry yet: still a masked array
         dlbridge.convert(np.ma.masked_array(np.ones(2, np.float32)), to)
