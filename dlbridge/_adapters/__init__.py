@@ -56,13 +56,13 @@ def adapter_for(obj: object) -> Adapter | None:
     adapter = _BY_TYPE.get(cls)
     if adapter is not None:
         return adapter
-    return _classify(obj, cls)
-
-
-def _classify(obj: object, cls: type) -> Adapter | None:
     loaded = len(sys.modules)
     if _NOT_ARRAYS.get(cls) == loaded:
         return None
+    return _classify(obj, cls, loaded)
+
+
+def _classify(obj: object, cls: type, loaded: int) -> Adapter | None:
     found = None
     for candidate in ADAPTERS.values():  # by class hierarchy: subclasses defined anywhere count
         base = candidate.array_class()
