@@ -20,6 +20,7 @@ torch = need("torch")
         (dlbridge.ReadOnlyError, BufferError),
         (dlbridge.LayoutError, BufferError),
         (dlbridge.NotAnArrayError, TypeError),
+        (dlbridge.ProducerError, BufferError),
         (dlbridge.OptionError, ValueError),
         (dlbridge.MissingFrameworkError, ImportError),
     ],

@@ -183,16 +183,17 @@ class DeviceRaises:
 
 @pytest.mark.parametrize("consumer", ["inspect", *TO])
 @pytest.mark.parametrize(
-    "producer,match",
+    "producer,error,match",
     [
-        (Raises, r"Raises.__dlpack__\(\) failed: ValueError: producer exploded"),
-        (ReturnsNonCapsule, r"returned bytes, not a capsule"),
-        (DeviceRaises, r"__dlpack_device__\(\) failed: RuntimeError: no device for you"),
+        # A producer that fails is a ProducerError; one that returns something else, a CapsuleError.
+        (Raises, dlbridge.ProducerError, r"Raises.__dlpack__\(\) failed: ValueError: producer exploded"),
+        (ReturnsNonCapsule, dlbridge.CapsuleError, r"returned bytes, not a capsule"),
+        (DeviceRaises, dlbridge.ProducerError, r"__dlpack_device__\(\) failed: RuntimeError: no device for you"),
     ],
 )
-def test_misbehaving_producer(producer, match: str, consumer: str) -> None:
+def test_misbehaving_producer(producer, error: type[Exception], match: str, consumer: str) -> None:
     fn = dlbridge.inspect if consumer == "inspect" else TO[consumer]
-    with pytest.raises(dlbridge.CapsuleError, match=match):
+    with pytest.raises(error, match=match):
         fn(producer())
 
 

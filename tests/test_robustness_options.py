@@ -91,6 +91,7 @@ BUILTIN = {
     dlbridge.LayoutError: BufferError,
     dlbridge.OptionError: ValueError,
     dlbridge.NotAnArrayError: TypeError,
+    dlbridge.ProducerError: BufferError,
     dlbridge.MissingFrameworkError: ImportError,
 }
 
