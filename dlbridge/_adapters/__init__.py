@@ -71,9 +71,9 @@ def _classify(obj: object, cls: type, loaded: int) -> Adapter | None:
             break
     if found is None:  # by module: arrays that are instances only virtually (JAX's tracers)
         module = cls.__module__
-        candidate = _BY_MODULE.get(module.partition(".")[0]) if isinstance(module, str) else None  # type: ignore[assignment]
-        if candidate is not None and candidate.is_array(obj):
-            found = candidate
+        by_module = _BY_MODULE.get(module.partition(".")[0]) if isinstance(module, str) else None
+        if by_module is not None and by_module.is_array(obj):
+            found = by_module
     if found is None:
         if len(_NOT_ARRAYS) >= 256:
             _NOT_ARRAYS.clear()
@@ -97,7 +97,10 @@ def producer_error(x: object, err: BaseException, call: str) -> DLBridgeError:
     """The error for a producer whose ``call`` (``__dlpack__``, ``__dlpack_device__``) raised
     ``err``: one naming the fix when its adapter knows the state, else a generic one."""
     adapter = adapter_for(x)
-    known = adapter.state_error(x) if adapter is not None else None
+    try:
+        known = adapter.state_error(x) if adapter is not None else None
+    except Exception:  # an object too broken to ask: the producer's own error is reported
+        known = None
     if known is None:
         known = symbolic_error(type(x))
     if known is not None:
