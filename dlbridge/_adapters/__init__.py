@@ -11,13 +11,15 @@ from ._jax import JaxAdapter
 from ._numpy import NumpyAdapter
 from ._torch import TorchAdapter
 
-__all__ = ["Adapter", "ADAPTERS", "adapter_named", "adapter_for", "producer_name", "export_capsule"]
+__all__ = ["Adapter", "ADAPTERS", "HOST", "adapter_named", "adapter_for", "producer_name", "export_capsule"]
 
 ADAPTERS: dict[str, Adapter] = {a.name: a for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter())}
 _NAMES: dict[str, Adapter] = {
     **{alias: a for a in ADAPTERS.values() for alias in (a.name, a.module, *a.aliases)},
     "jax.numpy": ADAPTERS["jax"],
 }
+# The CPU framework any CPU capsule can land in (staging for copies, the report's reference arrays).
+HOST: Adapter = next(a for a in ADAPTERS.values() if a.host)
 _BY_MODULE: dict[str, Adapter] = {m: a for a in ADAPTERS.values() for m in a.producer_modules}
 
 

@@ -39,7 +39,7 @@ class _Worker:
     def __init__(self, config: dict[str, Any], env: dict[str, str]) -> None:
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dlbridge._report._worker", json.dumps(config)],
+            [sys.executable, "-c", "from dlbridge._report._worker import main; main()", json.dumps(config)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -149,7 +149,8 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
     """Probe every cell; returns the (possibly partial, after Ctrl-C) report."""
     started = time.monotonic()
     env = _env()
-    config = {"frameworks": frameworks, "devices": devices, "dtypes": dtypes or list(CANDIDATE_DTYPES)}
+    config = {"frameworks": frameworks, "devices": devices, "dtypes": dtypes or list(CANDIDATE_DTYPES),
+              "parent": os.getpid()}  # fmt: skip
     first = _Worker({**config, "hello": True}, env)
     workers: list[_Worker] = [first]
     interrupted = False
@@ -169,7 +170,8 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
             for j, a in enumerate(ATTEMPTS)
         )
         total = len(tasks)
-        workers += [_Worker(config, env) for _ in range(max(0, min(jobs, total) - 1))]
+        for _ in range(max(0, min(jobs, total) - 1)):
+            workers.append(_Worker(config, env))  # one by one: an interrupt leaves none unlisted
         try:
             _drive(workers, tasks, cells, config, env, timeout, progress, total)
         except KeyboardInterrupt:
