@@ -11,22 +11,29 @@ from pathlib import Path
 
 import pytest
 
+import dlbridge
+from dlbridge._adapters import ADAPTERS
 from dlbridge._cli import main
 from dlbridge._report._cases import installed_frameworks
 from dlbridge._report._doctor import hazards, installed_versions
 
 ROOT = Path(__file__).resolve().parents[1]
+HOOKS = ROOT / "tests" / "child_hooks"  # a sitecustomize for child processes (see its docstring)
 
 
-def _python(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+def _python(*args: str, timeout: float = 60, block: str = "") -> subprocess.CompletedProcess[str]:
+    """Run Python in a child; ``block``: comma-separated modules the child (and its children) cannot import."""
+    paths = [str(HOOKS)] if block else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [*paths, str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if block:
+        env["DLBRIDGE_TEST_BLOCK"] = block
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
 @pytest.mark.parametrize(
     ("option", "bad", "valid"),
     [
-        ("--frameworks", "tensorflow", "valid frameworks: torch, cupy, jax, numpy"),
+        ("--frameworks", "theano", "valid frameworks: " + ", ".join(ADAPTERS)),
         ("--devices", "tpu", "valid devices: cpu, cuda"),
         ("--dtypes", "float32,bfloat17", "bfloat16"),
     ],
@@ -42,7 +49,9 @@ def test_a_framework_that_is_not_installed_is_refused(capsys):
     if not missing:
         pytest.skip("every framework is installed here")
     assert main(["report", "--frameworks", missing[0]]) == 2
-    assert f"{missing[0]} not installed here; installed frameworks: " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{missing[0]} not installed here (installed frameworks: " in err
+    assert f'install with pip install "dlbridge[{ADAPTERS[missing[0]].extra}]"' in err
 
 
 def test_aliases_and_short_dtype_names_are_accepted(tmp_path, capsys):
@@ -106,3 +115,80 @@ def test_installed_versions_match_metadata():
     assert versions["dlbridge"] == dlbridge.__version__
     for name in installed_frameworks():
         assert versions[name] == metadata.version(name) or name == "cupy"
+
+
+def test_version_flag_prints_the_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dlbridge {dlbridge.__version__}"
+
+
+def test_report_help_has_a_description_and_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Probe every producer x consumer x dtype" in text
+    assert "(default: every installed one)" in text and "(default: 60.0)" in text and "default: standard output" in text
+    assert "--svg PATH" in text and "bf16, e4m3fn" in text
+
+
+def test_report_without_ml_dtypes_probes_every_other_dtype():
+    # ml_dtypes only gives NumPy its bf16/fp8 dtypes: float32/float16 must still be probed, for
+    # every producer, and the skipped cells must say that ml_dtypes is what is missing.
+    fws = ",".join(f for f in ("torch", "numpy") if f in installed_frameworks())
+    done = _python("-m", "dlbridge", "report", "--frameworks", fws, "--dtypes", "f32,f16,bf16,e4m3fn", "--jobs", "1",
+                   block="ml_dtypes", timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    md = done.stdout
+    assert "| ml_dtypes | not installed |" in md
+    for producer in fws.split(","):
+        row = next(ln for ln in md.splitlines() if ln.startswith(f"| {producer}:cpu → numpy |"))
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert cells[0] != "—" and cells[1] != "—", row  # f32 and f16 probed
+        assert cells[2] == cells[3] == "—", row  # bf16 and fp8: skipped ...
+    skipped = md.split("**Not probed")[1].split("\n")[0]
+    assert "bf16 (building its reference array needs ml_dtypes, which is not installed (pip install ml_dtypes))" in skipped
+
+
+def test_report_and_doctor_without_any_framework_say_what_to_install():
+    done = _python("-m", "dlbridge", "report", block=",".join(a.module for a in ADAPTERS.values()))
+    assert done.returncode == 2
+    assert "is installed, so there is nothing to probe" in done.stderr
+    assert all(f'"dlbridge[{a.extra}]"' in done.stderr or a.extra in done.stderr for a in ADAPTERS.values())
+    doctor = _python("-m", "dlbridge", "doctor", block=",".join(a.module for a in ADAPTERS.values()))
+    assert doctor.returncode == 0
+    assert "no framework is installed" in doctor.stdout and 'pip install "dlbridge[' in doctor.stdout
+    assert "once a framework is installed, run `dlbridge report`" in doctor.stdout
+
+
+def test_report_without_the_host_framework_says_what_it_needs():
+    others = [f for f in installed_frameworks() if not ADAPTERS[f].host]
+    if not others:
+        pytest.skip("no framework besides the host is installed")
+    host = next(a for a in ADAPTERS.values() if a.host)
+    done = _python("-m", "dlbridge", "report", block=host.module)
+    assert done.returncode == 2
+    assert f"compares results bit for bit with {host.display}, which is not installed" in done.stderr
+    assert f'pip install "dlbridge[{host.extra}]"' in done.stderr and others[0] in done.stderr
+
+
+def test_a_registered_adapter_is_listed_by_doctor_and_the_cli():
+    # Adding a framework is one adapter: doctor and the report's option checks pick it up from the registry.
+    code = """
+import dlbridge._adapters as registry
+from dlbridge._adapters._base import Adapter
+
+class Newframe(Adapter):
+    name, module, display, extra = "newframe", "dlbridge_test_no_such_module", "NewFrame", "newframe"
+    array_type = ("dlbridge_test_no_such_module", "Array")
+
+registry.ADAPTERS["newframe"] = Newframe()
+from dlbridge._cli import main
+assert main(["doctor"]) == 0
+assert main(["report", "--frameworks", "newframe"]) == 2
+"""
+    done = _python("-c", code)
+    assert done.returncode == 0, done.stderr
+    assert "newframe   not installed" in done.stdout or "newframe  not installed" in done.stdout, done.stdout
+    assert 'newframe not installed here' in done.stderr and 'pip install "dlbridge[newframe]"' in done.stderr

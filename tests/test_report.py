@@ -17,13 +17,27 @@ from dlbridge._cli import main
 from dlbridge._report._cases import installed_frameworks
 from dlbridge._report._markdown import parse
 from dlbridge._report._model import ATTEMPTS, MODES, RESULTS, Attempt, Cell
-from dlbridge._report._worker import CRASH_ENV
-
 ROOT = Path(__file__).resolve().parents[1]
+HOOKS = ROOT / "tests" / "child_hooks"  # a sitecustomize for child processes: faults, blocked imports
+FAULTS, BLOCK = "DLBRIDGE_TEST_FAULTS", "DLBRIDGE_TEST_BLOCK"
 CPU_FRAMEWORKS = [f for f in ("torch", "jax", "numpy") if f in installed_frameworks()]
 DTYPES = ["float32", "bfloat16", "float8_e4m3fn", "bool", "int64"]
 CELL_KEYS = {"producer", "producer_device", "consumer", "dtype", "native", "native_error", "dlbridge",
              "dlbridge_mode", "zero_copy", "view"}  # fmt: skip
+
+
+def child_hooks(env: dict[str, str] | None = None, **hooks: str) -> dict[str, str]:
+    """``env`` (default: this process's) with the test hooks on the children's PYTHONPATH and ``hooks`` set."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOKS), str(ROOT), env.get("PYTHONPATH")]))
+    return {**env, **hooks}
+
+
+def _hooks(monkeypatch: pytest.MonkeyPatch, **hooks: str) -> None:
+    """Install the child hooks for the report workers this process starts."""
+    for key, value in child_hooks(**hooks).items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
 
 
 def _run(tmp_path: Path, *args: str) -> tuple[int, str, dict, str]:
@@ -131,9 +145,8 @@ def test_markdown_has_header_legend_tables_summary(cpu_run):
 def test_crash_is_recorded_and_the_next_attempt_runs(tmp_path, monkeypatch):
     # The native import of numpy->numpy bf16 aborts its worker; the dlbridge attempt of the same cell
     # (the very next task) and every later cell still run, in a restarted worker.
-    monkeypatch.setenv(
-        CRASH_ENV, "numpy:cpu>numpy:bfloat16:native,numpy:cpu>numpy:float32:view=segv,numpy:cpu>numpy:bool:native=hang"
-    )
+    _hooks(monkeypatch, **{FAULTS: "numpy:cpu>numpy:bfloat16:native,numpy:cpu>numpy:float32:view=segv,"
+                                   "numpy:cpu>numpy:bool:native=hang"})  # fmt: skip
     start = time.monotonic()
     rc, md, data, _ = _run(tmp_path, "--frameworks", "numpy", "--dtypes", "float32,bfloat16,bool,uint16",
                            "--jobs", "1", "--timeout", "3", "--strict")  # fmt: skip
@@ -162,20 +175,37 @@ def test_strict_passes_when_the_table_matches(tmp_path):
     assert rc == 0 and data["table_disagrees"] == []
 
 
+def _sigint_default() -> None:
+    # A shell without a terminal (nohup, setsid, CI) may start us with SIGINT ignored, which the
+    # child would inherit, and Python leaves an ignored SIGINT ignored: restore the default so the
+    # child turns SIGINT into KeyboardInterrupt, as it would under a terminal's Ctrl-C.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` (and, through its death, its workers) if a test left it running; reap it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
 def test_ctrl_c_writes_the_partial_report(tmp_path):
     out, js, marker = tmp_path / "m.md", tmp_path / "m.json", tmp_path / "hung"
-    env = {**os.environ, CRASH_ENV: f"numpy:cpu>numpy:bool:native=hang:{marker}"}
+    env = child_hooks(**{FAULTS: f"numpy:cpu>numpy:bool:native=hang:{marker}"})
     proc = subprocess.Popen(
         [sys.executable, "-m", "dlbridge", "report", "--frameworks", "numpy", "--dtypes", "float32,bool,uint16",
          "--jobs", "1", "--out", str(out), "--json", str(js)],
-        env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert marker.exists(), "the worker never reached the hanging cell"
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=20)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the worker never reached the hanging cell"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        _stop(proc)
     assert proc.returncode == 130, err
     assert "partial report was written" in err
     data = json.loads(js.read_text())

@@ -93,8 +93,11 @@ def _header(report: Report) -> list[str]:
     rows.append(("GPU (name, driver)", gpu or "none detected"))
     rows.append(("Python", m["python"]))
     installed = installed_versions()
+    failed = m.get("import_failed") or {}
     for name in (*FRAMEWORKS, *COMPANIONS):
         probed = report.versions.get(name)
+        if name in failed:
+            probed = f"{installed.get(name) or '?'} (not probed: importing it failed: {failed[name]})"
         rows.append((name, probed or (f"{installed[name]} (not probed)" if installed.get(name) else "not installed")))
     rows.append(("dlbridge", m["dlbridge"]))
     rows.append(("command", f"`{m['command']}`"))

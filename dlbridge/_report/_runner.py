@@ -156,6 +156,9 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
     interrupted = False
     try:
         hello = _wait_hello(first)
+        broken: dict[str, str] = hello.get("broken", {})
+        frameworks = [f for f in frameworks if f not in broken]  # importing it failed: said in the header
+        config["frameworks"] = frameworks
         cells, not_made, dtypes = _cells(hello, frameworks, dtypes)
         tasks = deque(
             {
@@ -183,6 +186,7 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
     meta = _meta(hello, command, jobs, time.monotonic() - started, frameworks, devices, dtypes)
     meta["partial"] = interrupted
     meta["cells_planned"], meta["cells_done"] = len(cells), len(done)
+    meta["import_failed"] = broken
     versions = {**hello["versions"], "dlbridge": meta["dlbridge"], "python": meta["python"]}
     return Report(meta, versions, done, not_made, hello["caps"])
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -133,8 +134,9 @@ def _versions(frameworks: list[str]) -> dict[str, str]:
     for name in frameworks:
         for companion in ADAPTERS[name].companions:
             try:
-                out[companion] = metadata.version(companion)
-            except metadata.PackageNotFoundError:
+                found = importlib.util.find_spec(companion) is not None
+                out[companion] = metadata.version(companion) if found else "not installed"
+            except (metadata.PackageNotFoundError, ValueError):
                 out[companion] = "not installed"
     return out
 
@@ -146,7 +148,10 @@ def _makes(framework: str, device: str, dtypes: list[str]) -> dict[str, str | No
     for dtype in dtypes:
         try:
             ref = reference(dtype)
-        except Exception as err:  # bf16/fp8 references need ml_dtypes
+        except ModuleNotFoundError as err:  # bf16/fp8 references need ml_dtypes
+            found[dtype] = f"building its reference array needs {err.name}, which is not installed (pip install {err.name})"
+            continue
+        except Exception as err:
             found[dtype] = f"no reference array: {_error(err)}"
             continue
         try:
@@ -194,9 +199,17 @@ def main() -> None:
     os.dup2(2, 1)  # C-level prints from the frameworks go to stderr, not into the protocol
     sys.stdout = sys.stderr
     warnings.simplefilter("ignore")
+    frameworks, broken = [], {}
     for fw in import_order(config["frameworks"]):  # never one a loaded module makes crash on import
-        importlib.import_module(ADAPTERS[fw].module)
-    info = hello(config["frameworks"], config["devices"], config["dtypes"]) if config.get("hello") else {}
+        try:
+            importlib.import_module(ADAPTERS[fw].module)
+            frameworks.append(fw)
+        except Exception as err:  # a broken install: the report says so and probes the others
+            broken[fw] = _error(err)
+    frameworks.sort(key=config["frameworks"].index)
+    info = {}
+    if config.get("hello"):
+        info = {**hello(frameworks, config["devices"], config["dtypes"]), "broken": broken}
     protocol.write(json.dumps({"hello": info, "pid": os.getpid()}) + "\n")
     for line in sys.stdin:
         task = json.loads(line)
