@@ -42,7 +42,7 @@ def _hooks(monkeypatch: pytest.MonkeyPatch, **hooks: str) -> None:
 
 def _run(tmp_path: Path, *args: str) -> tuple[int, str, dict, str]:
     out, js = tmp_path / "matrix.md", tmp_path / "matrix.json"
-    rc = main(["report", "--out", str(out), "--json", str(js), *args])
+    rc = main(["report", "--out", str(out), "--json", str(js), "--svg", str(tmp_path / "matrix.svg"), *args])
     return rc, out.read_text(encoding="utf-8"), json.loads(js.read_text(encoding="utf-8")), str(out)
 
 
@@ -140,6 +140,28 @@ def test_markdown_has_header_legend_tables_summary(cpu_run):
     rows = parsed["tables"]["cpu"]
     assert len(rows) == len(CPU_FRAMEWORKS) ** 2
     assert all(len(r["cells"]) == len(DTYPES) for r in rows)
+
+
+def test_svg_picture_has_two_halves_per_cell_and_a_legend(cpu_run, tmp_path_factory):
+    import xml.etree.ElementTree as ET
+
+    from dlbridge._report._svg import OUTCOMES
+
+    _, md, data = cpu_run
+    svg = next(Path(tmp_path_factory.getbasetemp()).glob("report*/matrix.svg")).read_text(encoding="utf-8")
+    root = ET.fromstring(svg)  # well-formed, self-contained XML
+    ns = "{http://www.w3.org/2000/svg}"
+    titles = [t.text or "" for t in root.iter(f"{ns}title")]
+    for cell in data["cells"]:
+        label = f"{cell['producer']}:{cell['producer_device']} → {cell['consumer']} {cell['dtype']}:"
+        assert sum(t.startswith(label) for t in titles) == 2, label  # native half and dlbridge half
+    texts = [t.text for t in root.iter(f"{ns}text")]
+    assert all(label in texts for _, label in OUTCOMES.values())
+    fills = {r.get("fill") for r in root.iter(f"{ns}rect")}
+    assert OUTCOMES["shared"][0] in fills
+    # every dlbridge error in this run is a clean refusal (test_cpu_run_succeeds... pins that)
+    refused = any(c["dlbridge"] == "error" for c in data["cells"])
+    assert (OUTCOMES["refused"][0] in fills) == refused == ("🛡 refused" in md)
 
 
 def test_crash_is_recorded_and_the_next_attempt_runs(tmp_path, monkeypatch):
