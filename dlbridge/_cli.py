@@ -50,12 +50,22 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     rep.add_argument("--svg", metavar="PATH", help="also write a picture of the matrix (a self-contained SVG) here")
     rep.add_argument("--frameworks", metavar="LIST",
                      help=f"comma-separated, from: {', '.join(ADAPTERS)} (default: every installed one)")  # fmt: skip
-    rep.add_argument("--devices", metavar="LIST", help="comma-separated, from: cpu, cuda (default: every available one)")
+    rep.add_argument(
+        "--devices", metavar="LIST", help="comma-separated, from: cpu, cuda (default: every available one)"
+    )
     rep.add_argument("--dtypes", metavar="LIST",
                      help="comma-separated dtype names or short names (bf16, e4m3fn, ...; default: the standard set "
                           "plus every other fp8 kind some producer makes)")  # fmt: skip
-    rep.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1), metavar="N", help="worker processes (default: %(default)s)")
-    rep.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds one attempt may take (default: %(default)s)")
+    rep.add_argument(
+        "--jobs",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        metavar="N",
+        help="worker processes (default: %(default)s)",
+    )
+    rep.add_argument(
+        "--timeout", type=float, default=60.0, metavar="S", help="seconds one attempt may take (default: %(default)s)"
+    )
     rep.add_argument("--strict", action="store_true",
                      help="exit 1 when the capability table disagrees with the probe or dlbridge itself fails")  # fmt: skip
     sub.add_parser("doctor", help="installed versions and their known hazards (imports no framework; < 2 s)",

@@ -100,9 +100,8 @@ def lookup(name: object) -> DType | None:
         text = name
     else:
         # Most dtype objects have ``.name``; others print as "module.name" or are classes.
-        text = getattr(name, "name", None)
-        if not isinstance(text, str):
-            text = getattr(name, "__name__", None) or str(name)
+        attr = getattr(name, "name", None)
+        text = attr if isinstance(attr, str) else (getattr(name, "__name__", None) or str(name))
     found = BY_NAME.get(text)
     if found is None:
         full = canonical(text.rpartition(".")[2])  # "module.bfloat16", "bf16"

@@ -148,7 +148,9 @@ def test_report_without_ml_dtypes_probes_every_other_dtype():
         assert cells[0] != "—" and cells[1] != "—", row  # f32 and f16 probed
         assert cells[2] == cells[3] == "—", row  # bf16 and fp8: skipped ...
     skipped = md.split("**Not probed")[1].split("\n")[0]
-    assert "bf16 (building its reference array needs ml_dtypes, which is not installed (pip install ml_dtypes))" in skipped
+    assert (
+        "bf16 (building its reference array needs ml_dtypes, which is not installed (pip install ml_dtypes))" in skipped
+    )
 
 
 def test_report_and_doctor_without_any_framework_say_what_to_install():
@@ -191,4 +193,4 @@ assert main(["report", "--frameworks", "newframe"]) == 2
     done = _python("-c", code)
     assert done.returncode == 0, done.stderr
     assert "newframe   not installed" in done.stdout or "newframe  not installed" in done.stdout, done.stdout
-    assert 'newframe not installed here' in done.stderr and 'pip install "dlbridge[newframe]"' in done.stderr
+    assert "newframe not installed here" in done.stderr and 'pip install "dlbridge[newframe]"' in done.stderr

@@ -17,6 +17,7 @@ from dlbridge._cli import main
 from dlbridge._report._cases import installed_frameworks
 from dlbridge._report._markdown import parse
 from dlbridge._report._model import ATTEMPTS, MODES, RESULTS, Attempt, Cell
+
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = ROOT / "tests" / "child_hooks"  # a sitecustomize for child processes: faults, blocked imports
 FAULTS, BLOCK = "DLBRIDGE_TEST_FAULTS", "DLBRIDGE_TEST_BLOCK"

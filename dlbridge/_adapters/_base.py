@@ -64,6 +64,8 @@ class Adapter:
     producer_devices: ClassVar[tuple[str, ...]] = ("cpu",)  # where the report makes source arrays
     # Modules that, already imported, make importing this framework crash the process.
     unsafe_after: ClassVar[tuple[str, ...]] = ()
+    # Environment defaults for processes that import it beside others (the report's workers).
+    worker_env: ClassVar[dict[str, str]] = {}
     # The host framework: CPU arrays any DLPack CPU capsule can land in (staging for copies, and the
     # report's reference arrays). Exactly one adapter is the host.
     host: ClassVar[bool] = False

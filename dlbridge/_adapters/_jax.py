@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from .._capabilities import Capabilities
 from .._capsule import GPU_CODES
@@ -22,6 +22,8 @@ class JaxAdapter(Adapter):
     companions = ("jaxlib",)
     extra = "jax"
     producer_devices = ("cpu", "cuda")
+    # Several report workers share one GPU: JAX must not grab 75% of its memory in each of them.
+    worker_env: ClassVar[dict[str, str]] = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     # JAX hands DLPack's stream straight to XLA, which would wait on -1 as a stream handle; None
     # makes it wait for the buffer on the host instead. As a consumer it imports on its own stream.
     no_sync_stream = None

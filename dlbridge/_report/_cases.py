@@ -36,7 +36,7 @@ def installed_frameworks() -> list[str]:
 
 
 def install_hint(names: tuple[str, ...] | list[str] = FRAMEWORKS) -> str:
-    """How to install frameworks: 'pip install "dlbridge[torch]"' for each (its dlbridge extra)."""
+    """How to install frameworks: 'pip install "dlbridge[<extra>]"' for each (its adapter's extra)."""
     return " or ".join(f'pip install "dlbridge[{ADAPTERS[n].extra or n}]"' for n in names)
 
 

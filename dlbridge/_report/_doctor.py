@@ -10,7 +10,7 @@ import importlib.util
 import os
 from importlib import metadata
 
-from .._adapters import ADAPTERS
+from .._adapters import ADAPTERS, HOST
 from .._capabilities import TABLE, capabilities, missing_requirements
 from .._dtypes import FLOAT8
 from .._options import ENV_VAR, get_default_fallback
@@ -43,13 +43,11 @@ def installed_versions() -> dict[str, str | None]:
     """Version of each framework, their companions and dlbridge; None when not installed."""
     from .. import __version__
 
-    found: dict[str, str | None] = {
-        name: _dist_version(a.module, a.distributions) for name, a in ADAPTERS.items()
-    }
-    for name, adapter in ADAPTERS.items():
+    found: dict[str, str | None] = {name: _dist_version(a.module, a.distributions) for name, a in ADAPTERS.items()}
+    for adapter in ADAPTERS.values():
         for companion in adapter.companions:
             if found.get(companion) is None:
-                found[companion] = _dist_version(companion) if found[name] or companion in FRAMEWORKS else None
+                found[companion] = _dist_version(companion)
     found["dlbridge"] = __version__
     return found
 
@@ -105,6 +103,15 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
     return out
 
 
+def _report_hint(versions: dict[str, str | None], missing: list[str]) -> str:
+    if len(missing) == len(FRAMEWORKS):
+        return "once a framework is installed, run `dlbridge report` to probe it in isolated processes."
+    if not versions.get(HOST.name):
+        return (f"`dlbridge report` builds its reference arrays with {HOST.display}, which is not installed: "
+                f"{install_hint([HOST.name])}, then run `dlbridge report` to probe the stack.")  # fmt: skip
+    return "run `dlbridge report` to probe the installed stack in isolated processes."
+
+
 def doctor_text() -> str:
     versions = installed_versions()
     width = max(len(k) for k in versions)
@@ -119,7 +126,5 @@ def doctor_text() -> str:
     lines += [f"  - {h}" for h in found] or ["  none"]
     env = os.environ.get(ENV_VAR)
     lines += ["", f'default fallback: "{get_default_fallback()}"' + (f" (${ENV_VAR}={env})" if env else ""),
-              "run `dlbridge report` to probe the installed stack in isolated processes."
-              if not len(missing) == len(FRAMEWORKS) else
-              "once a framework is installed, run `dlbridge report` to probe it in isolated processes."]  # fmt: skip
+              _report_hint(versions, missing)]  # fmt: skip
     return "\n".join(lines)

@@ -125,7 +125,9 @@ def _table(report: Report, device: str, dtypes: list[str]) -> list[str]:
     for (producer, consumer), cells in by_row.items():
         if not any(d in cells for d in dtypes):
             continue
-        texts = [cell_text(cells[d]) if d in cells else ("—" if (producer, device, d) not in made else "") for d in dtypes]
+        texts = [
+            cell_text(cells[d]) if d in cells else ("—" if (producer, device, d) not in made else "") for d in dtypes
+        ]
         out.append(f"| {producer}:{device}{_ARROW}{consumer} | " + " | ".join(texts) + " |")
     return [*out, ""]
 
@@ -211,7 +213,7 @@ def _disagreements(report: Report) -> list[str]:
     found = report.disagreements()
     out = ["## Table disagrees", "",
            "Cells where the capability table (`dlbridge._capabilities.TABLE`, adjusted for runtime settings such "
-           "as JAX's x64 mode) predicted a different native outcome than the probe saw. Cells where the "
+           "as a framework's 64-bit mode) predicted a different native outcome than the probe saw. Cells where the "
            "producer itself refused to export are not compared.", ""]  # fmt: skip
     out += [f"- {c.label}: {why}" for c, why in found] or ["- none: every probed cell matched the table."]
     return [*out, ""]

@@ -24,13 +24,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from .._adapters import ADAPTERS
 from ._cases import BASE_DTYPES, CANDIDATE_DTYPES, EXTRA_FP8, FRAMEWORKS
 from ._model import ATTEMPTS, Attempt, Cell, Report, predict
 
 __all__ = ["run_report", "Progress"]
 
 Progress = Callable[[int, int, str], None]
-HELLO_TIMEOUT = 300.0  # importing torch + jax + cupy on a cold disk can take a while
+HELLO_TIMEOUT = 300.0  # importing several large frameworks from a cold disk can take a while
 
 
 class _Worker:
@@ -95,7 +96,7 @@ class _Worker:
         self.proc.wait()
 
     def close(self) -> None:
-        # Workers hold nothing worth a graceful exit, and one may still be importing torch.
+        # Workers hold nothing worth a graceful exit, and one may still be importing a framework.
         self.kill()
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
@@ -115,8 +116,10 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     # The report shows dlbridge's own default, not this shell's choice.
     env.pop("DLBRIDGE_FALLBACK", None)
-    # Several workers share one GPU: JAX must not grab 75% of its memory in each of them.
-    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # Several workers share one GPU: a framework must not grab most of its memory in each of them.
+    for adapter in ADAPTERS.values():
+        for key, value in adapter.worker_env.items():
+            env.setdefault(key, value)
     root = str(Path(__file__).resolve().parents[2])  # the directory holding the dlbridge package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env

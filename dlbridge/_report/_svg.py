@@ -43,7 +43,9 @@ def outcome(a: Attempt, *, dlbridge: bool) -> str:
 
 def _rect(x: float, y: float, w: float, h: float, fill: str, title: str = "") -> str:
     tip = f"<title>{escape(title)}</title>" if title else ""
-    return f"<rect x='{x}' y='{y}' width='{w}' height='{h}' fill='{fill}' stroke='#ffffff' stroke-width='1'>{tip}</rect>"
+    return (
+        f"<rect x='{x}' y='{y}' width='{w}' height='{h}' fill='{fill}' stroke='#ffffff' stroke-width='1'>{tip}</rect>"
+    )
 
 
 def _text(x: float, y: float, text: str, size: int = 11, anchor: str = "start", weight: str = "normal",
@@ -116,4 +118,6 @@ def render_svg(report: Report) -> str:
     width = max(grid_w + 16, 460)
     head = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' height='{height:.0f}' "
             f"viewBox='0 0 {width:.0f} {height:.0f}'>")  # fmt: skip
-    return "\n".join([head, f"<rect width='{width:.0f}' height='{height:.0f}' fill='#ffffff'/>", *body, "</svg>"]) + "\n"
+    return (
+        "\n".join([head, f"<rect width='{width:.0f}' height='{height:.0f}' fill='#ffffff'/>", *body, "</svg>"]) + "\n"
+    )

@@ -149,7 +149,9 @@ def _makes(framework: str, device: str, dtypes: list[str]) -> dict[str, str | No
         try:
             ref = reference(dtype)
         except ModuleNotFoundError as err:  # bf16/fp8 references need ml_dtypes
-            found[dtype] = f"building its reference array needs {err.name}, which is not installed (pip install {err.name})"
+            found[dtype] = (
+                f"building its reference array needs {err.name}, which is not installed (pip install {err.name})"
+            )
             continue
         except Exception as err:
             found[dtype] = f"no reference array: {_error(err)}"
