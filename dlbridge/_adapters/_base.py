@@ -200,6 +200,18 @@ class Adapter:
         """
         raise NotImplementedError(f"{self.name} cannot make arrays here")
 
+    def make_from_bits(self, data: bytes, dtype: str, shape: tuple[int, ...], device: str) -> Any:
+        """Like ``make_array``, from raw C-order element bytes (what the report's worker uses, so that
+        a framework that can build arrays without NumPy is probed on a machine without NumPy)."""
+        from . import HOST
+
+        ref = HOST.mod.frombuffer(data, dtype="u1").view(HOST.dtype_for(dtype)).reshape(shape)
+        return self.make_array(ref, device)
+
+    def raw_bytes(self, arr: Any) -> bytes:
+        """``arr``'s elements' raw bytes, C order (``host_bytes`` as a bytes object)."""
+        return bytes(self.host_bytes(arr).tobytes())
+
     def dtype_for(self, name: str) -> Any:
         """This framework's dtype object for a dlbridge dtype name."""
         return getattr(self.mod, name)

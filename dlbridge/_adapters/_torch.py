@@ -90,6 +90,28 @@ class TorchAdapter(Adapter):
         t = t.view(target) if t.dtype != target else t
         return t.to("cuda") if device == "cuda" else t
 
+    def make_from_bits(self, data: bytes, dtype: str, shape: tuple[int, ...], device: str) -> Any:
+        # Without NumPy: torch reads the bytes itself, into a 64-byte aligned buffer (see aligned_copy).
+        torch = self.mod
+        target = getattr(torch, dtype, None)
+        if not isinstance(target, torch.dtype):
+            raise TypeError(f"torch {self.version} has no {dtype}")
+        buf = torch.empty(len(data) + 64, dtype=torch.uint8)
+        start = -buf.data_ptr() % 64
+        raw = buf[start : start + len(data)]
+        raw.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        t = raw.view(target).reshape(shape)
+        return t.to("cuda") if device == "cuda" else t
+
+    def raw_bytes(self, arr: Any) -> bytes:
+        torch = self.mod  # without NumPy: .tolist() of the bytes (report-sized arrays only)
+        t = self._host_tensor(arr).reshape(-1)
+        if t.is_complex():
+            t = torch.view_as_real(t).reshape(-1)
+        if t.dtype == torch.bool:
+            t = t.to(torch.uint8)
+        return bytes(t.view(torch.uint8).tolist())
+
     def dtype_str(self, arr: Any) -> str:
         return str(arr.dtype).removeprefix("torch.")
 

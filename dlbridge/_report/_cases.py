@@ -3,20 +3,22 @@
 Everything framework-specific comes from the adapter registry: which frameworks exist, where
 they make arrays, how to make one and read it back. The names and defaults here are plain
 data the parent process reads without importing any framework; the functions below them run
-in the worker process only. Reference arrays are built with the host adapter's framework (the
-one any CPU capsule can land in), so every producer is checked against the same bits.
+in the worker process only. Reference arrays are plain bytes built without any framework, so
+every producer is checked against the same bits and a stack without NumPy is still probed.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+import struct
+import sys
+from typing import Any, NamedTuple
 
-from .._adapters import ADAPTERS, HOST
-from .._dtypes import BY_NAME, FLOAT8, short_name
+from .._adapters import ADAPTERS
+from .._dtypes import BY_NAME, FLOAT8, decode_table, short_name
 
 __all__ = ["FRAMEWORKS", "DEVICES", "BASE_DTYPES", "installed_frameworks", "short_dtype", "import_order",
-           "install_hint", "reference", "make_source", "native_import", "gpu_info"]  # fmt: skip
+           "install_hint", "Ref", "reference", "upcast_bits", "make_source", "native_import", "gpu_info"]  # fmt: skip
 
 FRAMEWORKS: tuple[str, ...] = tuple(ADAPTERS)
 DEVICES = ("cpu", "cuda")
@@ -61,33 +63,68 @@ def import_order(names: list[str]) -> list[str]:
 # --- worker side: sources and results ----------------------------------------------------------
 
 
-def reference(dtype: str) -> Any:
-    """A host array (bf16/fp8 from ml_dtypes) with known, finite, mostly distinct values.
+class Ref(NamedTuple):
+    """A reference array as plain bytes: built without any framework, so that every installed
+    producer is probed (NumPy and ml_dtypes are not needed to make or to check a cell)."""
 
-    Only bf16 and fp8 references need ml_dtypes: without it, every other dtype is still probed.
-    """
-    np = HOST.mod
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes  # the elements' bytes, C order, native byte order
+
+
+def _encode_fp(values: list[float], dtype: str) -> bytes:
+    """Bytes of ``values`` (exactly representable) in a floating dtype dlbridge knows."""
+    fmt = {"float16": "e", "float32": "f", "float64": "d"}.get(dtype)
+    if fmt is not None:
+        return struct.pack(f"={len(values)}{fmt}", *values)
+    if dtype == "bfloat16":  # the top half of float32 (exact for these values)
+        return b"".join(struct.pack("=H", struct.unpack("=I", struct.pack("=f", v))[0] >> 16) for v in values)
+    table = decode_table(dtype)
+    if table is None:
+        raise TypeError(f"the report has no reference values for {dtype}")
+    code: dict[float, int] = {}
+    for byte, value in enumerate(table):  # ascending: +0.0 wins over -0.0
+        code.setdefault(value, byte)
+    return bytes(code[v] for v in values)
+
+
+def reference(dtype: str) -> Ref:
+    """Known, finite, mostly distinct values of ``dtype`` (small halves and integers are exact in
+    every float format here, fp8 included), shaped 4x6."""
     n = _SHAPE[0] * _SHAPE[1]
-    k = np.arange(n)
+    k = range(n)
+    d = BY_NAME[dtype]
     if dtype == "bool":
-        return ((k * 7) % 3 == 0).reshape(_SHAPE)
-    if dtype.startswith(("int", "uint")):
-        return ((k * 2654435761) % 30011).astype(dtype).reshape(_SHAPE)
-    target = HOST.dtype_for(dtype)
-    if dtype == "float8_e8m0fnu":  # only positive powers of two
-        return (2.0 ** (k % 9 - 4)).astype(np.float32).astype(target).reshape(_SHAPE)
-    # Small halves and integers are exact in every float format here, fp8 included.
-    halves = ((k * 5) % 17 - 8) / 2
+        return Ref(dtype, _SHAPE, bytes(int((i * 7) % 3 == 0) for i in k))
+    if d.code in (0, 1):  # ints: two's complement of the value, wrapped to the width
+        size = d.bits // 8
+        return Ref(dtype, _SHAPE, b"".join((((i * 2654435761) % 30011) % (1 << d.bits)).to_bytes(size, sys.byteorder) for i in k))  # fmt: skip
+    halves = [((i * 5) % 17 - 8) / 2 for i in k]
     if dtype.startswith("complex"):
-        return (halves + 1j * halves[::-1]).astype(target).reshape(_SHAPE)
+        part = "float32" if d.bits == 64 else "float64"
+        pairs = [x for re, im in zip(halves, reversed(halves)) for x in (re, im)]
+        return Ref(dtype, _SHAPE, _encode_fp(pairs, part))
+    if dtype == "float8_e8m0fnu":  # only positive powers of two
+        return Ref(dtype, _SHAPE, _encode_fp([2.0 ** (i % 9 - 4) for i in k], dtype))
     if dtype.endswith("fnuz"):  # fnuz formats have no -0.0
-        halves = np.where(halves == 0, 1.0, halves)
-    return halves.astype(np.float32).astype(target).reshape(_SHAPE)
+        halves = [1.0 if v == 0 else v for v in halves]
+    return Ref(dtype, _SHAPE, _encode_fp(halves, dtype))
 
 
-def make_source(framework: str, device: str, dtype: str) -> Any:
-    """The source array for one cell; raises (any exception) when it cannot be made."""
-    return ADAPTERS[framework].make_array(reference(dtype), device)
+def upcast_bits(ref: Ref) -> bytes:
+    """What fallback="upcast" must give for ``ref``: float32 bytes of the same values."""
+    if ref.dtype == "bfloat16":
+        halves = struct.unpack(f"={len(ref.data) // 2}H", ref.data)
+        return struct.pack(f"={len(halves)}I", *(h << 16 for h in halves))
+    table = decode_table(ref.dtype)
+    if table is None:
+        raise TypeError(f"no upcast for {ref.dtype}")
+    return struct.pack(f"={len(ref.data)}f", *(table[b] for b in ref.data))
+
+
+def make_source(framework: str, device: str, ref: Ref) -> Any:
+    """The source array for one cell; raises (any exception) when the framework cannot make it."""
+    return ADAPTERS[framework].make_from_bits(ref.data, ref.dtype, ref.shape, device)
 
 
 def native_import(consumer: str, src: Any) -> Any:

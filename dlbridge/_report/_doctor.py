@@ -10,7 +10,7 @@ import importlib.util
 import os
 from importlib import metadata
 
-from .._adapters import ADAPTERS, HOST
+from .._adapters import ADAPTERS
 from .._capabilities import TABLE, capabilities, missing_requirements
 from .._dtypes import FLOAT8
 from .._options import ENV_VAR, get_default_fallback
@@ -106,9 +106,6 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
 def _report_hint(versions: dict[str, str | None], missing: list[str]) -> str:
     if len(missing) == len(FRAMEWORKS):
         return "once a framework is installed, run `dlbridge report` to probe it in isolated processes."
-    if not versions.get(HOST.name):
-        return (f"`dlbridge report` builds its reference arrays with {HOST.display}, which is not installed: "
-                f"{install_hint([HOST.name])}, then run `dlbridge report` to probe the stack.")  # fmt: skip
     return "run `dlbridge report` to probe the installed stack in isolated processes."
 
 

@@ -198,11 +198,12 @@ def _summary(report: Report) -> list[str]:
     if not groups:
         out.append("- nothing: every cell converts.")
     if report.not_made:
-        made: dict[str, list[str]] = defaultdict(list)
+        made: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))  # producer -> why -> dtypes
         for row in report.not_made:
-            made[f"{row['producer']}:{row['producer_device']}"].append(f"{short_dtype(row['dtype'])} ({row['why']})")
+            made[f"{row['producer']}:{row['producer_device']}"][row["why"]].append(short_dtype(row["dtype"]))
         out += ["", "**Not probed: the producer cannot make these** — " + "; ".join(
-            f"{k}: {', '.join(v)}" for k, v in made.items()) + "."]  # fmt: skip
+            f"{k}: " + ", ".join(f"{', '.join(dts)} ({why})" for why, dts in whys.items()) for k, whys in made.items()
+        ) + "."]  # fmt: skip
     bad = report.dlbridge_failures()
     out += ["", "**dlbridge failures** (crash, wrong result, or an error that is not a dlbridge error):", ""]
     out += [f"- {c.label} ({name}): {a.status} — {a.error}" for c, name, a in bad] or ["- none."]

@@ -20,13 +20,23 @@ import sys
 import warnings
 from typing import Any
 
-from .._adapters import ADAPTERS, HOST
+from .._adapters import ADAPTERS
 from .._convert import inspect
-from .._dtypes import unsigned_of_width
+from .._dtypes import BY_NAME, unsigned_of_width
 from .._errors import DLBridgeError, UnsupportedDtypeError
 from .._options import NOT_GIVEN, resolve_fallback
 from .._plan import plan_for
-from ._cases import DEVICE_CODE, cuda_producers, gpu_info, import_order, native_import, reference
+from ._cases import (
+    DEVICE_CODE,
+    Ref,
+    cuda_producers,
+    gpu_info,
+    import_order,
+    make_source,
+    native_import,
+    reference,
+    upcast_bits,
+)
 
 __all__ = ["task_key", "run_task", "hello", "main"]
 
@@ -41,7 +51,7 @@ def _error(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def _check(consumer: str, out: Any, ref: Any, want_dtype: str, want_bytes: Any) -> str | None:
+def _check(consumer: str, out: Any, ref: Ref, want_dtype: str, want_bytes: bytes) -> str | None:
     """Why ``out`` is wrong (dtype, shape or bits), or None when it is right."""
     adapter = ADAPTERS[consumer]
     got = adapter.dtype_str(out)
@@ -49,19 +59,19 @@ def _check(consumer: str, out: Any, ref: Any, want_dtype: str, want_bytes: Any) 
         return f"dtype {got}, expected {want_dtype}"
     if tuple(out.shape) != tuple(ref.shape):
         return f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
-    data = adapter.host_bytes(out)
-    if data.shape != want_bytes.shape or (data != want_bytes).any():
+    data = adapter.raw_bytes(out)
+    if data != want_bytes:
         return "values differ from the source (bit patterns compared)"
     return None
 
 
-def _native(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
+def _native(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
     consumer = task["consumer"]
     try:
         out = native_import(consumer, src)
     except Exception as err:
         return {"status": "error", "error": _error(err), "clean": False, "export_failed": _export_fails(src)}
-    wrong = _check(consumer, out, ref, task["dtype"], ref.view("u1").reshape(-1))
+    wrong = _check(consumer, out, ref, task["dtype"], ref.data)
     zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
     return {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": "native"}
 
@@ -87,7 +97,7 @@ def _planned(src: Any, consumer: str, fallback: Any) -> str:
         return "raise"
 
 
-def _dlbridge(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
+def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
     from .._convert import convert
 
     consumer = task["consumer"]
@@ -97,11 +107,11 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
         out = convert(src, consumer, fallback=fallback)
     except Exception as err:
         return {"status": "error", "error": _error(err), "clean": isinstance(err, DLBridgeError), "mode": "raise"}
-    flat = ref.view("u1").reshape(-1)
+    flat = ref.data
     if mode == "view":
-        want = unsigned_of_width(ref.dtype.itemsize * 8) or "?"
+        want = unsigned_of_width(BY_NAME[ref.dtype].width) or "?"
     elif mode == "upcast":
-        want, flat = "float32", ref.astype(HOST.mod.float32).view("u1").reshape(-1)
+        want, flat = "float32", upcast_bits(ref)
     else:
         want = task["dtype"]
     wrong = _check(consumer, out, ref, want, flat)
@@ -117,7 +127,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     """Run one attempt; every Python-level failure becomes data (a crash ends the process)."""
     try:
         ref = reference(task["dtype"])
-        src = ADAPTERS[task["producer"]].make_array(ref, task["device"])
+        src = make_source(task["producer"], task["device"], ref)
     except Exception as err:
         return {"status": "skip", "error": f"producer cannot make it: {_error(err)}"}
     attempt = _native if task["attempt"] == "native" else _dlbridge
@@ -148,17 +158,14 @@ def _makes(framework: str, device: str, dtypes: list[str]) -> dict[str, str | No
     for dtype in dtypes:
         try:
             ref = reference(dtype)
-        except ModuleNotFoundError as err:  # bf16/fp8 references need ml_dtypes
-            found[dtype] = (
-                f"building its reference array needs {err.name}, which is not installed (pip install {err.name})"
-            )
-            continue
         except Exception as err:
-            found[dtype] = f"no reference array: {_error(err)}"
+            found[dtype] = f"no reference values: {_error(err)}"
             continue
         try:
-            got = adapter.dtype_str(adapter.make_array(ref, device))
+            got = adapter.dtype_str(make_source(framework, device, ref))
             found[dtype] = None if got == dtype else f"makes {got} when asked for {dtype}"
+        except ModuleNotFoundError as err:  # NumPy's bf16/fp8 come from ml_dtypes
+            found[dtype] = f"needs {err.name}, which is not installed (pip install {err.name})"
         except Exception as err:
             found[dtype] = _error(err)
     return found
