@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dlbridge._adapters import ADAPTERS
 from dlbridge._capabilities import CONSUMERS
 from dlbridge._cli import main
 from dlbridge._report._cases import installed_frameworks
@@ -21,7 +22,7 @@ from dlbridge._report._model import ATTEMPTS, MODES, RESULTS, Attempt, Cell
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = ROOT / "tests" / "child_hooks"  # a sitecustomize for child processes: faults, blocked imports
 FAULTS, BLOCK = "DLBRIDGE_TEST_FAULTS", "DLBRIDGE_TEST_BLOCK"
-CPU_FRAMEWORKS = [f for f in ("torch", "jax", "numpy") if f in installed_frameworks()]
+CPU_FRAMEWORKS = [f for f in installed_frameworks() if "cpu" in ADAPTERS[f].producer_devices]
 DTYPES = ["float32", "bfloat16", "float8_e4m3fn", "bool", "int64"]
 CELL_KEYS = {"producer", "producer_device", "consumer", "dtype", "native", "native_error", "dlbridge",
              "dlbridge_mode", "zero_copy", "view"}  # fmt: skip
