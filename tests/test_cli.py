@@ -205,3 +205,13 @@ assert main(["report", "--frameworks", "newframe"]) == 2
     assert done.returncode == 0, done.stderr
     assert "newframe   not installed" in done.stdout or "newframe  not installed" in done.stdout, done.stdout
     assert "newframe not installed here" in done.stderr and 'pip install "dlbridge[newframe]"' in done.stderr
+
+
+def test_doctor_names_an_import_order_hazard_from_the_adapter(monkeypatch):
+    # An adapter whose framework crashes when imported after another module (unsafe_after) gets a hazard line.
+    host = next(a for a in ADAPTERS.values() if a.host)
+    monkeypatch.setattr(host, "unsafe_after", ("json",), raising=False)  # json: a module that is always there
+    lines = hazards({host.name: "2.0.0"})
+    assert f"{host.display} 2.0.0 crashes the process when imported after json: import it first" in " ".join(lines)
+    monkeypatch.setattr(host, "unsafe_after", ("dlbridge_test_no_such_module",), raising=False)
+    assert not any("imported after" in h for h in hazards({host.name: "2.0.0"}))

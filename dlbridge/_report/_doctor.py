@@ -99,6 +99,10 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
             legacy = "" if caps.versioned_capsules else " and reads only legacy capsules, which cannot say so"
             out.append(f"{who} has no read-only arrays{legacy}: dlbridge refuses read-only sources (ReadOnlyError) "
                        "unless copy=True.")  # fmt: skip
+        after = [m for m in ADAPTERS[name].unsafe_after if importlib.util.find_spec(m) is not None]
+        if after:
+            out.append(f"{who} crashes the process when imported after {' or '.join(after)}: import it first "
+                       "(dlbridge refuses to import it late, and its report imports it first).")  # fmt: skip
         out += ADAPTERS[name].doctor_notes(version)
     return out
 
