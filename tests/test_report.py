@@ -199,13 +199,6 @@ def test_strict_passes_when_the_table_matches(tmp_path):
     assert rc == 0 and data["table_disagrees"] == []
 
 
-def _sigint_default() -> None:
-    # A shell without a terminal (nohup, setsid, CI) may start us with SIGINT ignored, which the
-    # child would inherit, and Python leaves an ignored SIGINT ignored: restore the default so the
-    # child turns SIGINT into KeyboardInterrupt, as it would under a terminal's Ctrl-C.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _stop(proc: subprocess.Popen) -> None:
     """Kill ``proc`` (and, through its death, its workers) if a test left it running; reap it."""
     if proc.poll() is None:
@@ -216,11 +209,18 @@ def _stop(proc: subprocess.Popen) -> None:
 def test_ctrl_c_writes_the_partial_report(tmp_path):
     out, js, marker = tmp_path / "m.md", tmp_path / "m.json", tmp_path / "hung"
     env = child_hooks(**{FAULTS: f"numpy:cpu>numpy:bool:native=hang:{marker}"})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dlbridge", "report", "--frameworks", "numpy", "--dtypes", "float32,bool,uint16",
-         "--jobs", "1", "--out", str(out), "--json", str(js)],
-        env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default,
-    )  # fmt: skip
+    # A shell without a terminal (nohup, setsid, CI) may start us with SIGINT ignored; an ignored
+    # signal is inherited through exec (a handled one is reset to the default), and Python leaves an
+    # ignored SIGINT ignored. Handle it while starting the child, so the child gets Ctrl-C as usual.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dlbridge", "report", "--frameworks", "numpy", "--dtypes", "float32,bool,uint16",
+             "--jobs", "1", "--out", str(out), "--json", str(js)],
+            env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         deadline = time.monotonic() + 60
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
