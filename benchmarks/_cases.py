@@ -1,5 +1,5 @@
 """What benchmarks/bench.py measures: the rows (pairs, dtypes, sizes, targets), the frameworks'
-own entry points, and source arrays made in each framework."""
+own entry points, and source arrays made in each framework (all read off dlbridge's adapter registry)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
-CPU_FRAMEWORKS = ("torch", "jax", "numpy")
-GPU_FRAMEWORKS = ("torch", "cupy", "jax")
+from dlbridge._adapters import ADAPTERS, HOST, adapter_for  # noqa: E402 - needs ROOT on sys.path
+
+CPU_FRAMEWORKS = tuple(name for name, a in ADAPTERS.items() if "cpu" in a.producer_devices)
+GPU_FRAMEWORKS = tuple(name for name, a in ADAPTERS.items() if "cuda" in a.producer_devices)
 DTYPES = ("float32", "bfloat16", "float8_e4m3fn")
 UINT_OF = {"float32": "uint32", "bfloat16": "uint16", "float8_e4m3fn": "uint8"}
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float8_e4m3fn": 1, "uint32": 4, "uint16": 2, "uint8": 1}
@@ -55,9 +59,10 @@ def _mod(name: str) -> Any:
 
 
 def _available(name: str) -> str | None:
-    """None when ``name`` imports, else why not."""
+    """None when framework (or module) ``name`` imports, else why not."""
+    module = ADAPTERS[name].module if name in ADAPTERS else name
     try:
-        _mod(name)
+        _mod(module)
     except Exception as err:  # any failure means "not here"
         return f"{name} not importable ({type(err).__name__}: {err})"
     return None
@@ -68,81 +73,37 @@ def cuda_reason(name: str) -> str | None:
     missing = _available(name)
     if missing:
         return missing
-    try:
-        if name == "torch":
-            ok = _mod("torch").cuda.is_available()
-        elif name == "cupy":
-            ok = _mod("cupy").cuda.runtime.getDeviceCount() > 0
-        else:
-            ok = bool(_mod("jax").devices("gpu"))
-    except Exception as err:
-        return f"{name}: no CUDA device ({type(err).__name__}: {str(err).splitlines()[0][:80]})"
-    return None if ok else f"{name}: no CUDA device"
+    return None if ADAPTERS[name].has_cuda() else f"{name}: no CUDA device"
 
 
 def native_import(consumer: str) -> Callable[[Any], Any]:
-    if consumer == "jax":
-        return _mod("jax.numpy").from_dlpack
-    return _mod(consumer).from_dlpack
+    return ADAPTERS[consumer].from_dlpack()
 
 
 def data_ptr(x: Any) -> int:
-    top = type(x).__module__.partition(".")[0]
-    if top == "torch":
-        return int(x.data_ptr())
-    if top == "numpy":
-        return int(x.__array_interface__["data"][0])
-    if top in ("jax", "jaxlib"):
-        return int(x.unsafe_buffer_pointer())
-    if top in ("cupy", "cupy_backends"):
-        return int(x.data.ptr)
-    raise TypeError(f"no data pointer for {type(x)}")
+    adapter = adapter_for(x)
+    if adapter is None:
+        raise TypeError(f"no data pointer for {type(x)}")
+    return adapter.data_ptr(x)
 
 
 def dtype_label(x: Any) -> str:
-    return str(getattr(x.dtype, "name", x.dtype)).replace("torch.", "")
-
-
-def _aligned_numpy(n_bytes: int) -> Any:
-    # JAX copies CPU buffers that are not 64-byte aligned; align so the zero-copy path is measured.
-    np = _mod("numpy")
-    raw = np.empty(n_bytes + 64, dtype=np.uint8)
-    start = (-raw.ctypes.data) % 64
-    return raw[start : start + n_bytes]
+    adapter = adapter_for(x)
+    return adapter.dtype_str(x) if adapter is not None else str(x.dtype)
 
 
 def make_source(producer: str, dtype: str, nbytes: int, device: str) -> tuple[Any, Any]:
     """(array of ``dtype``, same-width unsigned array) from ``producer`` on ``device``."""
+    np = HOST.mod
     n = nbytes // ITEMSIZE[dtype]
-    uint = UINT_OF[dtype]
-    if producer == "torch":
-        torch = _mod("torch")
-        dev = "cuda" if device == "cuda" else "cpu"
-        x = (torch.arange(n, device=dev, dtype=torch.float32) % 8).to(getattr(torch, dtype))
-        return x, x.view(getattr(torch, uint))
-    if producer == "numpy":
-        np = _mod("numpy")
-        ml = _mod("ml_dtypes")
-        np_dtype = np.dtype(getattr(ml, dtype)) if dtype != "float32" else np.dtype(np.float32)
-        x = _aligned_numpy(nbytes).view(np_dtype)
-        x[...] = (np.arange(n, dtype=np.float32) % 8).astype(np_dtype)
-        return x, x.view(uint)
-    if producer == "jax":
-        jax = _mod("jax")
-        jnp = jax.numpy
-        dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
-        x = jax.device_put((jnp.arange(n, dtype=jnp.float32) % 8).astype(getattr(jnp, dtype)), dev)
-        u = jax.lax.bitcast_convert_type(x, getattr(jnp, uint))  # a copy; only its cost matters
-        return x.block_until_ready(), u.block_until_ready()
-    if producer == "cupy":
-        cp = _mod("cupy")
-        if dtype == "float32":
-            x = cp.arange(n, dtype=cp.float32) % 8
-        else:
-            ml = _mod("ml_dtypes")  # CuPy 14 holds bf16 via ml_dtypes; no CuPy holds fp8
-            x = (cp.arange(n, dtype=cp.float32) % 8).astype(getattr(ml, dtype))
-        return x, x.view(uint)
-    raise ValueError(producer)
+    pattern = np.arange(8, dtype=np.float32).astype(HOST.dtype_for(dtype))  # 0..7: exact in every format
+    adapter = ADAPTERS[producer]
+    x = adapter.make_array(np.tile(pattern, n // 8), device)  # 64-byte aligned on the host
+    u = adapter.view(x, UINT_OF[dtype])  # a copy where the framework cannot view (JAX); only its cost matters
+    for arr in (x, u):
+        if hasattr(arr, "block_until_ready"):  # asynchronous frameworks: finished before timing starts
+            arr.block_until_ready()
+    return x, u
 
 
 def alloc_counter(consumer: str) -> Callable[[], int] | None:

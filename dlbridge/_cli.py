@@ -23,24 +23,53 @@ class UsageError(Exception):
     """A bad name on the command line; the message lists the valid ones."""
 
 
+_REPORT_HELP = """\
+Probe every producer x consumer x dtype of the installed frameworks, each attempt in a child
+process (a crash costs one cell, not the run), and write the compatibility matrix: what each
+consumer's own from_dlpack does, what dlbridge does, and what fallback="view" gives."""
+_DOCTOR_HELP = """\
+Installed versions (from package metadata) and the hazards the capability table knows for
+them. Imports no framework and probes nothing: fast, safe on a broken stack."""
+
+
 def _parser(prog: str) -> argparse.ArgumentParser:
+    from . import __version__
+    from ._adapters import ADAPTERS
+
+    names = ", ".join(a.display or a.name for a in ADAPTERS.values())
     parser = argparse.ArgumentParser(
-        prog=prog, description="dlbridge: DLPack handoffs between torch, CuPy, JAX, NumPy."
+        prog=prog, description=f"dlbridge {__version__}: zero-copy, dtype-safe DLPack handoffs between {names}."
     )
+    parser.add_argument("--version", action="version", version=f"dlbridge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{report,doctor}")
-    rep = sub.add_parser("report", help="probe every producer x consumer x dtype in child processes; write the matrix")
-    rep.add_argument("--out", metavar="PATH", help="write the Markdown matrix here (default: stdout)")
+    fmt = argparse.RawDescriptionHelpFormatter
+    rep = sub.add_parser("report", help="probe the installed stack in child processes; write the matrix",
+                         description=_REPORT_HELP, formatter_class=fmt)  # fmt: skip
+    rep.add_argument("--out", metavar="PATH", help="write the Markdown matrix here (default: standard output)")
     rep.add_argument("--json", metavar="PATH", help="also write the cells as JSON here")
-    rep.add_argument("--frameworks", metavar="LIST", help="comma-separated (default: every installed one)")
-    rep.add_argument("--devices", metavar="LIST", help="cpu,cuda (default: every available one)")
+    rep.add_argument("--svg", metavar="PATH", help="also write a picture of the matrix (a self-contained SVG) here")
+    rep.add_argument("--frameworks", metavar="LIST",
+                     help=f"comma-separated, from: {', '.join(ADAPTERS)} (default: every installed one)")  # fmt: skip
     rep.add_argument(
-        "--dtypes", metavar="LIST", help="comma-separated dtype names (default: the standard set + fp8 kinds)"
+        "--devices", metavar="LIST", help="comma-separated, from: cpu, cuda (default: every available one)"
     )
-    rep.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1), metavar="N", help="worker processes")
-    rep.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds one attempt may take")
+    rep.add_argument("--dtypes", metavar="LIST",
+                     help="comma-separated dtype names or short names (bf16, e4m3fn, ...; default: the standard set "
+                          "plus every other fp8 kind some producer makes)")  # fmt: skip
+    rep.add_argument(
+        "--jobs",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        metavar="N",
+        help="worker processes (default: %(default)s)",
+    )
+    rep.add_argument(
+        "--timeout", type=float, default=60.0, metavar="S", help="seconds one attempt may take (default: %(default)s)"
+    )
     rep.add_argument("--strict", action="store_true",
                      help="exit 1 when the capability table disagrees with the probe or dlbridge itself fails")  # fmt: skip
-    sub.add_parser("doctor", help="installed versions and their known hazards (imports no framework; < 2 s)")
+    sub.add_parser("doctor", help="installed versions and their known hazards (imports no framework; < 2 s)",
+                   description=_DOCTOR_HELP, formatter_class=fmt)  # fmt: skip
     return parser
 
 
@@ -62,21 +91,26 @@ def _names(
 
 
 def _selection(args: argparse.Namespace) -> tuple[list[str], list[str], list[str] | None]:
-    from ._dtypes import BY_NAME
-    from ._report._cases import DEVICES, FRAMEWORKS, installed_frameworks, short_dtype
+    from ._adapters import ADAPTERS
+    from ._dtypes import ALIASES, BY_NAME
+    from ._report._cases import DEVICES, FRAMEWORKS, install_hint, installed_frameworks
 
     installed = installed_frameworks()
-    frameworks = _names(args.frameworks, FRAMEWORKS, "framework", {"pytorch": "torch", "np": "numpy"})
+    aliases = {alias: a.name for a in ADAPTERS.values() for alias in (a.module, *a.aliases)}
+    frameworks = _names(args.frameworks, FRAMEWORKS, "framework", aliases)
     missing = [f for f in frameworks or () if f not in installed]
     if missing:
         raise UsageError(
-            f"{', '.join(missing)} not installed here; installed frameworks: {', '.join(installed) or 'none'}"
+            f"{', '.join(missing)} not installed here (installed frameworks: {', '.join(installed) or 'none'}); "
+            f"install with {install_hint(missing)}"
         )
     if not (frameworks or installed):
-        raise UsageError(f"none of {', '.join(FRAMEWORKS)} is installed")
+        raise UsageError(
+            f"none of {', '.join(FRAMEWORKS)} is installed, so there is nothing to probe; install the frameworks "
+            f"you use, e.g. {install_hint(FRAMEWORKS[:1])} (extras: {', '.join(a.extra for a in ADAPTERS.values())})"
+        )
     devices = _names(args.devices, DEVICES, "device", {"gpu": "cuda"}) or list(DEVICES)
-    shorts = {short_dtype(n): n for n in BY_NAME}
-    dtypes = _names(args.dtypes, list(BY_NAME), "dtype", shorts)
+    dtypes = _names(args.dtypes, list(BY_NAME), "dtype", ALIASES)
     return frameworks or installed, devices, dtypes
 
 
@@ -116,8 +150,12 @@ def _report(args: argparse.Namespace, command: str) -> int:
         print(f"dlbridge report: {err}", file=sys.stderr)
         return EXIT_STRICT
     if not report.cells and not report.meta["partial"]:
-        why = "no framework sees a CUDA device here" if devices == ["cuda"] and not report.meta["cuda_producers"] else (
-            f"no producer can make {', '.join(dtypes or ())}")  # fmt: skip
+        if devices == ["cuda"] and not report.meta["cuda_producers"]:
+            why = "no framework sees a CUDA device here"
+        else:
+            why = "no producer can make any of them:\n" + "\n".join(
+                f"  {r['producer']}:{r['producer_device']} {r['dtype']}: {r['why']}" for r in report.not_made
+            )
         print(f"dlbridge report: nothing to probe for --frameworks {','.join(frameworks)} "
               f"--devices {','.join(devices)}: {why}", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
@@ -130,6 +168,10 @@ def _report(args: argparse.Namespace, command: str) -> int:
         import json
 
         Path(args.json).write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
+    if args.svg:
+        from ._report._svg import render_svg
+
+        Path(args.svg).write_text(render_svg(report), encoding="utf-8")
     disagree, failures = report.disagreements(), report.dlbridge_failures()
     crashes = sum(c.native.status == "crash" for c in report.cells)
     where = f"wrote {args.out}" if args.out else "done"

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import _logical
 from ._adapters import (
-    ADAPTERS,
+    HOST,
     Adapter,
     AsIs,
     adapter_for,
@@ -62,11 +62,11 @@ def inspect(x: Any) -> DLPackInfo:
     if type(x) is CapsuleType:
         return read(x)
     source = adapter_for(x)
-    if not hasattr(type(x), "__dlpack__"):
+    if source is None and not hasattr(type(x), "__dlpack__"):
         raise NotAnArrayError(
             f"dlbridge.inspect needs an object with __dlpack__ or a DLPack capsule, got {type(x).__name__}"
         )
-    device = device_of(x)
+    device = device_of(x, source)
     # No synchronisation: nothing reads the data (-1 in DLPack; JAX needs None, see its adapter).
     stream = (-1 if source is None else source.no_sync_stream) if device[0] in GPU_CODES else None
     with source.on_device(device) if source is not None and device[0] in GPU_CODES else nullcontext():
@@ -102,13 +102,13 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
             f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {cls.__module__}."
             f"{cls.__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
         )
-    src_dev = device_of(x)
+    src_dev = device_of(x, source)
     # Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA memory to a CUDA one:
     # shared as such, the capsule's device relabelled (DEVICE_ALIASES).
     home = alias_device(src_dev) if src_dev[0] in DEVICE_ALIASES and src_dev[0] not in target.device_codes else src_dev
     dst_dev = home if device is None else parse_device(device, home)
     if device is None and copy and home[0] not in target.device_codes:
-        dst_dev = (1, 0) if 1 in target.device_codes else (2, 0)  # copy=True: the target's home device
+        dst_dev = target.home_device  # copy=True: the target's home device
     if dst_dev != home or home[0] not in target.device_codes:
         return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy)
     caps = target.capabilities()
@@ -272,8 +272,7 @@ def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adap
     if source is not None:
         return source.contiguous(x)
     if info.device_code == 1:
-        numpy = ADAPTERS["numpy"]
-        return numpy.contiguous(_convert(x, numpy, "view", None, None, None, None))
+        return HOST.contiguous(_convert(x, HOST, "view", None, None, None, None))
     raise LayoutError(
         f"to_{target.name}(): {info.describe()} from an unknown producer has strides {list(info.strides or ())} "
         f"that {target.name} cannot share, and dlbridge knows no way to make it dense on {info.device_type}"
@@ -338,11 +337,11 @@ def _export_copy(x: Any, source: Adapter | None, stream: int | None, max_version
 def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
                   dst_dev: tuple[int, int], fallback: Fallback, dtype: Any, device: Any,
                   copy: bool | None) -> Any:  # fmt: skip
-    real = device_of(x)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
+    real = device_of(x, source)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
     here = f"{device_name(real[0])}:{real[1]}"
     there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
     if copy is False or (copy is None and device is None):
-        home = dst_dev if dst_dev != src_dev else ((1, 0) if 1 in target.device_codes else (2, 0))
+        home = dst_dev if dst_dev != src_dev else target.home_device
         hint = f'pass device="{device_name(home[0])}" or copy=True to copy it there'
         why = "copy=False forbids the copy" if copy is False else "that needs a copy"
         raise DeviceMismatchError(
@@ -368,7 +367,7 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
         # CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
         # array), labels them with the dtype it imports (plan.wire), and the plan is applied there.
         width = BY_NAME[plan.wire].width
-        host = _convert(x, ADAPTERS["numpy"], "raise", unsigned_of_width(width) or plan.wire, None, None, None)
+        host = _convert(x, HOST, "raise", unsigned_of_width(width) or plan.wire, None, None, None)
         writable = None if host.flags.writeable else True  # the upload copies: a read-only source is fine
         try:
             if 1 in target.device_codes:

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._adapters import Adapter, producer_error
+from ._adapters import ADAPTERS, Adapter, producer_error
 from ._capsule import DEVICE_CODES, GPU_CODES, DLPackInfo, alias_device, device_name
 from ._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
 
 __all__ = ["device_of", "check_device", "parse_device", "stream_for"]
 
 
-def device_of(x: Any) -> tuple[int, int]:
+def device_of(x: Any, source: Adapter | None = None) -> tuple[int, int]:
+    """Where ``x`` lives, asked through its adapter when it has one (a framework may lack the method)."""
     try:
+        if source is not None:
+            return source.device_of(x)
         dev = x.__dlpack_device__()
-        return (int(dev[0]), int(dev[1]))
+        return (int(dev[0]), 0 if dev[1] is None else int(dev[1]))  # some producers say None for 0
     except DLBridgeError:
         raise  # from dlbridge inside the producer: already says what to do
     except Exception as err:  # a deleted or traced array, ...: the adapter names the fix when it knows
@@ -34,7 +37,7 @@ def check_device(info: DLPackInfo, claimed: tuple[int, int]) -> DLPackInfo:
 
 
 def parse_device(device: Any, default: tuple[int, int]) -> tuple[int, int]:
-    """Accepts "cpu", "cuda", "cuda:1", (type, id), torch/jax/cupy device objects."""
+    """Accepts "cpu", "cuda", "cuda:1", (type, id), and the device objects of the frameworks dlbridge knows."""
     if device is None:
         return default
     if isinstance(device, tuple) and len(device) == 2:
@@ -45,12 +48,11 @@ def parse_device(device: Any, default: tuple[int, int]) -> tuple[int, int]:
         if kind in DEVICE_CODES and (not index or index.isdigit()):
             same_kind = default[0] == DEVICE_CODES[kind]
             return (DEVICE_CODES[kind], int(index) if index else (default[1] if same_kind else 0))
-    platform = getattr(device, "type", None) or getattr(device, "platform", None)  # torch / jax
-    if isinstance(platform, str):
-        number = getattr(device, "index", None)
-        return parse_device(f"{platform}:{number if number is not None else getattr(device, 'id', 0)}", default)
-    if type(device).__module__.startswith("cupy"):
-        return (2, int(device.id))
+    if not isinstance(device, str):
+        for adapter in ADAPTERS.values():
+            spec = adapter.parse_device(device)
+            if spec is not None:
+                return parse_device(spec, default)
     raise OptionError(f'device={device!r} is not a device; pass "cpu", "cuda", "cuda:N" or a framework device')
 
 

@@ -10,7 +10,8 @@ import math
 from functools import cache
 from typing import NamedTuple
 
-__all__ = ["DType", "BY_NAME", "dtype_name", "lookup", "unsigned_of_width", "decode_table"]
+__all__ = ["DType", "BY_NAME", "ALIASES", "dtype_name", "canonical", "short_name", "lookup", "unsigned_of_width",
+           "decode_table"]  # fmt: skip
 
 
 class DType(NamedTuple):
@@ -48,7 +49,7 @@ BY_NAME: dict[str, DType] = {
     "float6_e2m3fn": DType(15, 6),
     "float6_e3m2fn": DType(16, 6),
     "float4_e2m1fn": DType(17, 4),
-    # torch's packed pair of fp4 values: code 17, bits 4, lanes 2 (non-standard but real).
+    # A packed pair of fp4 values as some producers export it: code 17, bits 4, lanes 2 (non-standard but real).
     "float4_e2m1fn_x2": DType(17, 4, 2),
 }
 # (code, bits, lanes) -> name; a DType hashes and compares as its plain tuple.
@@ -72,15 +73,40 @@ def dtype_name(code: int, bits: int, lanes: int = 1) -> str:
     return f"dlpack(code={code}, bits={bits}, lanes={lanes})"
 
 
+def short_name(name: str) -> str:
+    """The short form of a dtype name: float32 -> f32, float8_e4m3fn -> e4m3fn, complex64 -> c64."""
+    if name.startswith("float8_"):
+        return name.removeprefix("float8_")
+    for long, short in (("bfloat", "bf"), ("float", "f"), ("complex", "c"), ("uint", "u"), ("int", "i")):
+        if name.startswith(long):
+            return short + name.removeprefix(long)
+    return name
+
+
+# Short names (the report's column labels), accepted wherever a dtype is named.
+ALIASES: dict[str, str] = {short_name(n): n for n in BY_NAME if short_name(n) != n}
+
+
+def canonical(name: str) -> str | None:
+    """dlbridge's name for a dtype name or alias ("bf16" -> "bfloat16"), or None."""
+    if name in BY_NAME:
+        return name
+    return ALIASES.get(name)
+
+
 def lookup(name: object) -> DType | None:
-    """The DType for a name, a framework dtype object or a NumPy dtype; None if unknown."""
+    """The DType for a name or alias ("bf16"), or a framework's dtype object; None if unknown."""
     if isinstance(name, str):
-        return BY_NAME.get(name.removeprefix("torch.").removeprefix("jnp."))
-    # torch.bfloat16 prints as "torch.bfloat16"; numpy/jax/cupy dtypes have ``.name``.
-    text = getattr(name, "name", None)
-    if not isinstance(text, str):
-        text = getattr(name, "__name__", None) or str(name)
-    return BY_NAME.get(text.removeprefix("torch."))
+        text = name
+    else:
+        # Most dtype objects have ``.name``; others print as "module.name" or are classes.
+        attr = getattr(name, "name", None)
+        text = attr if isinstance(attr, str) else (getattr(name, "__name__", None) or str(name))
+    found = BY_NAME.get(text)
+    if found is None:
+        full = canonical(text.rpartition(".")[2])  # "module.bfloat16", "bf16"
+        found = BY_NAME.get(full) if full is not None else None
+    return found
 
 
 def unsigned_of_width(width: int) -> str | None:

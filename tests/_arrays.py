@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlbridge._adapters import ADAPTERS
+
 DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "bool", "complex64", "uint16", "int64")
 LAYOUTS = ("contiguous", "transposed", "sliced", "0-d", "empty")
-FRAMEWORKS = ("torch", "jax", "numpy")
+# Every framework in the registry that makes arrays on the CPU (tests skip the ones not installed).
+FRAMEWORKS = tuple(name for name, a in ADAPTERS.items() if "cpu" in a.producer_devices)
 
 
 def np_dtype(name: str) -> np.dtype:
@@ -80,54 +83,22 @@ def make_source(framework: str, dtype: str, layout: str):
     """(source array in ``framework``, NumPy array with the same logical values)."""
     full = reference(dtype, base_shape(layout))
     expected = layout_of(full, layout)
-    if framework == "numpy":
-        return layout_of(full.copy(), layout), expected
-    if framework == "torch":
-        return apply_layout(torch_from(full), layout), expected
-    if framework == "jax":
-        import jax.numpy as jnp
-
-        # JAX cannot slice or transpose without a copy: its "layouts" are fresh dense arrays.
-        return jnp.asarray(expected), expected
-    raise ValueError(framework)
+    adapter = ADAPTERS[framework]
+    made = adapter.make_array(full, "cpu")
+    try:
+        return apply_layout(made, layout), expected
+    except (AttributeError, TypeError):  # no .T or slicing views: a fresh dense array with the same values
+        return adapter.make_array(np.ascontiguousarray(expected), "cpu"), expected
 
 
 def to_host(framework: str, arr) -> np.ndarray:
     """A NumPy copy of ``arr`` with its logical dtype, read through the framework's own API."""
-    if framework == "numpy":
-        return np.asarray(arr)
-    if framework == "torch":
-        import torch
-
-        arr = arr.detach().cpu()  # .numpy() refuses CUDA tensors
-        if arr.dtype == torch.bool:
-            return arr.numpy()
-        dtype = str(arr.dtype).removeprefix("torch.")
-        if dtype == "bfloat16" or dtype.startswith("float8_"):
-            width = arr.element_size() * 8
-            raw = arr.contiguous().view(getattr(torch, f"uint{width}" if width > 8 else "uint8"))
-            return raw.numpy().view(np_dtype(dtype))
-        return arr.contiguous().numpy()
-    if framework == "jax":
-        return np.asarray(arr)
-    if framework == "cupy":
-        return arr.get()
-    raise ValueError(framework)
+    return ADAPTERS[framework].to_host(arr)
 
 
 def data_ptr(framework: str, arr) -> int:
-    if framework == "numpy":
-        return arr.__array_interface__["data"][0]
-    if framework == "torch":
-        return arr.data_ptr()
-    if framework == "jax":
-        return arr.unsafe_buffer_pointer()
-    if framework == "cupy":
-        return arr.data.ptr
-    raise ValueError(framework)
+    return ADAPTERS[framework].data_ptr(arr)
 
 
 def dtype_name(framework: str, arr) -> str:
-    if framework == "torch":
-        return str(arr.dtype).removeprefix("torch.")
-    return np.dtype(arr.dtype).name
+    return ADAPTERS[framework].dtype_str(arr)

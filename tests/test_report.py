@@ -12,23 +12,39 @@ from pathlib import Path
 
 import pytest
 
+from dlbridge._adapters import ADAPTERS
 from dlbridge._capabilities import CONSUMERS
 from dlbridge._cli import main
 from dlbridge._report._cases import installed_frameworks
 from dlbridge._report._markdown import parse
 from dlbridge._report._model import ATTEMPTS, MODES, RESULTS, Attempt, Cell
-from dlbridge._report._worker import CRASH_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-CPU_FRAMEWORKS = [f for f in ("torch", "jax", "numpy") if f in installed_frameworks()]
+HOOKS = ROOT / "tests" / "child_hooks"  # a sitecustomize for child processes: faults, blocked imports
+FAULTS, BLOCK = "DLBRIDGE_TEST_FAULTS", "DLBRIDGE_TEST_BLOCK"
+CPU_FRAMEWORKS = [f for f in installed_frameworks() if "cpu" in ADAPTERS[f].producer_devices]
 DTYPES = ["float32", "bfloat16", "float8_e4m3fn", "bool", "int64"]
 CELL_KEYS = {"producer", "producer_device", "consumer", "dtype", "native", "native_error", "dlbridge",
              "dlbridge_mode", "zero_copy", "view"}  # fmt: skip
 
 
+def child_hooks(env: dict[str, str] | None = None, **hooks: str) -> dict[str, str]:
+    """``env`` (default: this process's) with the test hooks on the children's PYTHONPATH and ``hooks`` set."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOKS), str(ROOT), env.get("PYTHONPATH")]))
+    return {**env, **hooks}
+
+
+def _hooks(monkeypatch: pytest.MonkeyPatch, **hooks: str) -> None:
+    """Install the child hooks for the report workers this process starts."""
+    for key, value in child_hooks(**hooks).items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+
+
 def _run(tmp_path: Path, *args: str) -> tuple[int, str, dict, str]:
     out, js = tmp_path / "matrix.md", tmp_path / "matrix.json"
-    rc = main(["report", "--out", str(out), "--json", str(js), *args])
+    rc = main(["report", "--out", str(out), "--json", str(js), "--svg", str(tmp_path / "matrix.svg"), *args])
     return rc, out.read_text(encoding="utf-8"), json.loads(js.read_text(encoding="utf-8")), str(out)
 
 
@@ -128,12 +144,33 @@ def test_markdown_has_header_legend_tables_summary(cpu_run):
     assert all(len(r["cells"]) == len(DTYPES) for r in rows)
 
 
+def test_svg_picture_has_two_halves_per_cell_and_a_legend(cpu_run, tmp_path_factory):
+    import xml.etree.ElementTree as ET
+
+    from dlbridge._report._svg import OUTCOMES
+
+    _, md, data = cpu_run
+    svg = next(Path(tmp_path_factory.getbasetemp()).glob("report*/matrix.svg")).read_text(encoding="utf-8")
+    root = ET.fromstring(svg)  # well-formed, self-contained XML
+    ns = "{http://www.w3.org/2000/svg}"
+    titles = [t.text or "" for t in root.iter(f"{ns}title")]
+    for cell in data["cells"]:
+        label = f"{cell['producer']}:{cell['producer_device']} → {cell['consumer']} {cell['dtype']}:"
+        assert sum(t.startswith(label) for t in titles) == 2, label  # native half and dlbridge half
+    texts = [t.text for t in root.iter(f"{ns}text")]
+    assert all(label in texts for _, label in OUTCOMES.values())
+    fills = {r.get("fill") for r in root.iter(f"{ns}rect")}
+    assert OUTCOMES["shared"][0] in fills
+    # every dlbridge error in this run is a clean refusal (test_cpu_run_succeeds... pins that)
+    refused = any(c["dlbridge"] == "error" for c in data["cells"])
+    assert (OUTCOMES["refused"][0] in fills) == refused == ("🛡 refused" in md)
+
+
 def test_crash_is_recorded_and_the_next_attempt_runs(tmp_path, monkeypatch):
     # The native import of numpy->numpy bf16 aborts its worker; the dlbridge attempt of the same cell
     # (the very next task) and every later cell still run, in a restarted worker.
-    monkeypatch.setenv(
-        CRASH_ENV, "numpy:cpu>numpy:bfloat16:native,numpy:cpu>numpy:float32:view=segv,numpy:cpu>numpy:bool:native=hang"
-    )
+    _hooks(monkeypatch, **{FAULTS: "numpy:cpu>numpy:bfloat16:native,numpy:cpu>numpy:float32:view=segv,"
+                                   "numpy:cpu>numpy:bool:native=hang"})  # fmt: skip
     start = time.monotonic()
     rc, md, data, _ = _run(tmp_path, "--frameworks", "numpy", "--dtypes", "float32,bfloat16,bool,uint16",
                            "--jobs", "1", "--timeout", "3", "--strict")  # fmt: skip
@@ -162,20 +199,37 @@ def test_strict_passes_when_the_table_matches(tmp_path):
     assert rc == 0 and data["table_disagrees"] == []
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` (and, through its death, its workers) if a test left it running; reap it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
 def test_ctrl_c_writes_the_partial_report(tmp_path):
     out, js, marker = tmp_path / "m.md", tmp_path / "m.json", tmp_path / "hung"
-    env = {**os.environ, CRASH_ENV: f"numpy:cpu>numpy:bool:native=hang:{marker}"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dlbridge", "report", "--frameworks", "numpy", "--dtypes", "float32,bool,uint16",
-         "--jobs", "1", "--out", str(out), "--json", str(js)],
-        env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert marker.exists(), "the worker never reached the hanging cell"
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=20)
+    env = child_hooks(**{FAULTS: f"numpy:cpu>numpy:bool:native=hang:{marker}"})
+    # A shell without a terminal (nohup, setsid, CI) may start us with SIGINT ignored; an ignored
+    # signal is inherited through exec (a handled one is reset to the default), and Python leaves an
+    # ignored SIGINT ignored. Handle it while starting the child, so the child gets Ctrl-C as usual.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dlbridge", "report", "--frameworks", "numpy", "--dtypes", "float32,bool,uint16",
+             "--jobs", "1", "--out", str(out), "--json", str(js)],
+            env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the worker never reached the hanging cell"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        _stop(proc)
     assert proc.returncode == 130, err
     assert "partial report was written" in err
     data = json.loads(js.read_text())

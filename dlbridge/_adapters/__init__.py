@@ -13,6 +13,7 @@ from ._numpy import NumpyAdapter
 from ._torch import TorchAdapter
 
 __all__ = [
+    "HOST",
     "Adapter",
     "ADAPTERS",
     "AsIs",
@@ -29,6 +30,8 @@ _NAMES: dict[str, Adapter] = {
     **{alias: a for a in ADAPTERS.values() for alias in (a.name, a.module, *a.aliases)},
     "jax.numpy": ADAPTERS["jax"],
 }
+# The CPU framework any CPU capsule can land in (staging for copies, the report's reference arrays).
+HOST: Adapter = next(a for a in ADAPTERS.values() if a.host)
 _BY_MODULE: dict[str, Adapter] = {m: a for a in ADAPTERS.values() for m in a.producer_modules}
 
 

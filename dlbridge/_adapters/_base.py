@@ -16,7 +16,9 @@ from .._capabilities import Capabilities, capabilities
 from .._capsule import Carrier
 from .._errors import DLBridgeError, MissingFrameworkError
 
-__all__ = ["Adapter", "AsIs", "export_capsule"]
+__all__ = ["Adapter", "AsIs", "export_capsule", "aligned_copy", "raw_bits"]
+
+_ALIGN = 64
 
 
 class AsIs(Exception):  # a signal, caught in _convert
@@ -39,9 +41,43 @@ def export_capsule(obj: Any, *, stream: int | None, max_version: tuple[int, int]
         return obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
 
 
+def raw_bits(ref: Any) -> Any:
+    """A NumPy array as one any framework understands: ml_dtypes data as same-width unsigned ints."""
+    return ref.view(f"u{ref.dtype.itemsize}") if ref.dtype.type.__module__ == "ml_dtypes" else ref
+
+
+def aligned_copy(a: Any) -> Any:
+    """A C-ordered copy of NumPy array ``a`` at a 64-byte aligned address.
+
+    Some consumers copy CPU buffers that are not aligned the way XLA wants (64 bytes) while NumPy
+    aligns its own allocations to 16 only: without this a zero-copy check would depend on chance.
+    """
+    import numpy as np
+
+    buf = np.empty(a.nbytes + _ALIGN, dtype=np.uint8)
+    start = -buf.ctypes.data % _ALIGN
+    out = buf[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
 class Adapter:
     name: ClassVar[str]
     module: ClassVar[str]  # what ``import`` loads
+    display: ClassVar[str] = ""  # how people write it ("PyTorch")
+    # PyPI distributions to read its version from, in order (doctor; nothing is imported).
+    distributions: ClassVar[tuple[str, ...]] = ()
+    # Other distributions whose versions the report and doctor list beside it (compiled halves, dtype add-ons).
+    companions: ClassVar[tuple[str, ...]] = ()
+    extra: ClassVar[str] = ""  # dlbridge's install extra: pip install "dlbridge[<extra>]"
+    producer_devices: ClassVar[tuple[str, ...]] = ("cpu",)  # where the report makes source arrays
+    # Modules that, already imported, make importing this framework crash the process.
+    unsafe_after: ClassVar[tuple[str, ...]] = ()
+    # Environment defaults for processes that import it beside others (the report's workers).
+    worker_env: ClassVar[dict[str, str]] = {}
+    # The host framework: CPU arrays any DLPack CPU capsule can land in (staging for copies, and the
+    # report's reference arrays). Exactly one adapter is the host.
+    host: ClassVar[bool] = False
     aliases: ClassVar[tuple[str, ...]] = ()
     array_type: ClassVar[tuple[str, str]]  # (module in sys.modules, attribute) of its array class
     producer_modules: ClassVar[tuple[str, ...]] = ()  # top-level __module__ names of its arrays
@@ -70,6 +106,20 @@ class Adapter:
 
     def loaded(self) -> bool:
         return self.module in sys.modules
+
+    def device_of(self, obj: Any) -> tuple[int, int]:
+        """Where ``obj`` lives, as a DLPack (device type, id); a None id (some producers) means 0."""
+        dev = obj.__dlpack_device__()
+        return (int(dev[0]), 0 if dev[1] is None else int(dev[1]))
+
+    def parse_device(self, device: Any) -> str | tuple[int, int] | None:
+        """A device object of this framework as "cpu"/"cuda:N" or (type, id); None if it is not one."""
+        return None
+
+    @property
+    def home_device(self) -> tuple[int, int]:
+        """Where a copy lands when the caller names no device: the CPU if it can live there."""
+        return (1, 0) if 1 in self.device_codes else (min(self.device_codes), 0)
 
     # --- framework access (imports on first use) ----------------------------------------
     @cached_property
@@ -179,6 +229,53 @@ class Adapter:
 
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
         raise NotImplementedError
+
+    # --- report, test and benchmark helpers (off the hot path; import lazily) -----------------
+    def make_array(self, ref: Any, device: str) -> Any:
+        """A new array of this framework with ``ref``'s dtype, shape and exact bits, on "cpu" or "cuda".
+
+        ``ref`` is a NumPy array (ml_dtypes for bf16/fp8). Raises when the framework cannot make it.
+        """
+        raise NotImplementedError(f"{self.name} cannot make arrays here")
+
+    def make_from_bits(self, data: bytes, dtype: str, shape: tuple[int, ...], device: str) -> Any:
+        """Like ``make_array``, from raw C-order element bytes (what the report's worker uses, so that
+        a framework that can build arrays without NumPy is probed on a machine without NumPy)."""
+        from . import HOST
+
+        ref = HOST.mod.frombuffer(data, dtype="u1").view(HOST.dtype_for(dtype)).reshape(shape)
+        return self.make_array(ref, device)
+
+    def raw_bytes(self, arr: Any) -> bytes:
+        """``arr``'s elements' raw bytes, C order (``host_bytes`` as a bytes object)."""
+        return bytes(self.host_bytes(arr).tobytes())
+
+    def dtype_for(self, name: str) -> Any:
+        """This framework's dtype object for a dlbridge dtype name."""
+        return getattr(self.mod, name)
+
+    def dtype_str(self, arr: Any) -> str:
+        """dlbridge's name for ``arr``'s dtype ("bfloat16", "float8_e4m3fn", "bool", ...)."""
+        dtype = arr.dtype
+        name = getattr(dtype, "name", None)
+        return name if isinstance(name, str) else str(dtype).rpartition(".")[2]
+
+    def host_bytes(self, arr: Any) -> Any:
+        """``arr``'s elements' raw bytes, C order, as a flat NumPy uint8 array (copied to the host)."""
+        raise NotImplementedError
+
+    def to_host(self, arr: Any) -> Any:
+        """A NumPy copy of ``arr`` with its logical dtype (ml_dtypes for bf16/fp8)."""
+        raise NotImplementedError
+
+    def doctor_notes(self, version: str) -> list[str]:
+        """Hazards of this framework that depend on its settings, not on the capability table
+        (for ``dlbridge doctor``: must not import the framework)."""
+        return []
+
+    def gpu_name(self) -> str | None:
+        """The name of GPU 0 as this framework reports it, or None."""
+        return None
 
     def __repr__(self) -> str:
         return f"<dlbridge adapter {self.name}>"

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import os
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from .._capabilities import Capabilities
 from .._capsule import GPU_CODES
@@ -17,6 +18,13 @@ class JaxAdapter(Adapter):
     array_type = ("jax", "Array")
     producer_modules = ("jax", "jaxlib")
     device_codes = frozenset({1, 2, 10})
+    display = "JAX"
+    distributions = ("jax",)
+    companions = ("jaxlib",)
+    extra = "jax"
+    producer_devices = ("cpu", "cuda")
+    # Several report workers share one GPU: JAX must not grab 75% of its memory in each of them.
+    worker_env: ClassVar[dict[str, str]] = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     # JAX hands DLPack's stream straight to XLA, which would wait on -1 as a stream handle; None
     # makes it wait for the buffer on the host instead. As a consumer it imports on its own stream.
     no_sync_stream = None
@@ -116,3 +124,40 @@ class JaxAdapter(Adapter):
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
         jnp = self.mod.numpy
         return jnp.asarray(table, dtype=jnp.float32)[u8]
+
+    # --- report, test and benchmark helpers ----------------------------------------------------
+    def parse_device(self, device: Any) -> str | tuple[int, int] | None:
+        if not type(device).__module__.startswith(("jax", "jaxlib")):
+            return None
+        platform = getattr(device, "platform", None)
+        if not isinstance(platform, str):
+            return None
+        return f"{'cuda' if platform == 'gpu' else platform}:{getattr(device, 'id', 0)}"
+
+    def doctor_notes(self, version: str) -> list[str]:
+        if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true", "yes"):
+            return []
+        return [f"{self.display} {version} runs without 64-bit types (JAX_ENABLE_X64 unset): it narrows "
+                "int64/float64/complex128 to 32 bits on import; dlbridge refuses them instead of narrowing."]  # fmt: skip
+
+    def dtype_for(self, name: str) -> Any:
+        return getattr(self.mod.numpy, name)
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        jax = self.mod
+        return jax.device_put(ref, jax.devices("gpu" if device == "cuda" else "cpu")[0])
+
+    def host_bytes(self, arr: Any) -> Any:
+        import numpy as np
+
+        return np.ascontiguousarray(np.asarray(arr)).reshape(-1).view(np.uint8).copy()
+
+    def to_host(self, arr: Any) -> Any:
+        import numpy as np
+
+        return np.array(arr, copy=True)
+
+    def gpu_name(self) -> str | None:
+        if not self.has_cuda():
+            return None
+        return str(self.mod.devices("gpu")[0].device_kind)

@@ -7,7 +7,7 @@ from typing import Any
 from .._capsule import relabel
 from .._dtypes import BY_NAME
 from .._errors import ProducerError
-from ._base import Adapter, export_capsule
+from ._base import Adapter, aligned_copy, export_capsule
 
 
 @lru_cache(maxsize=64)
@@ -29,6 +29,12 @@ class NumpyAdapter(Adapter):
     array_type = ("numpy", "ndarray")
     producer_modules = ("numpy",)
     device_codes = frozenset({1})
+    display = "NumPy"
+    distributions = ("numpy",)
+    companions = ("ml_dtypes",)  # bf16/fp8 NumPy dtypes
+    extra = "numpy"
+    producer_devices = ("cpu",)
+    host = True
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         dtype = obj.dtype
@@ -74,6 +80,23 @@ class NumpyAdapter(Adapter):
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
         np = self.mod
         return np.asarray(table, dtype=np.float32)[u8]
+
+    # --- report, test and benchmark helpers ----------------------------------------------------
+    def dtype_for(self, name: str) -> Any:
+        """The NumPy dtype for a dlbridge dtype name (ml_dtypes for bf16/fp8, imported only then)."""
+        return numpy_dtype(name)
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        if device != "cpu":
+            raise ValueError(f"NumPy arrays live on the CPU only, not {device}")
+        return aligned_copy(ref)  # bf16/fp8: an ml_dtypes array
+
+    def host_bytes(self, arr: Any) -> Any:
+        np = self.mod
+        return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).copy()
+
+    def to_host(self, arr: Any) -> Any:
+        return self.mod.array(arr, copy=True)
 
 
 class _MaskedArrays(NumpyAdapter):

@@ -1,33 +1,35 @@
 """What the report probes: frameworks, devices, dtypes, and how to build a source per cell.
 
-The names and defaults are plain data the parent process reads without importing any
-framework. The functions below them (making sources, reading results back as bytes) run in
-the worker process only and import their framework on first use.
+Everything framework-specific comes from the adapter registry: which frameworks exist, where
+they make arrays, how to make one and read it back. The names and defaults here are plain
+data the parent process reads without importing any framework; the functions below them run
+in the worker process only. Reference arrays are plain bytes built without any framework, so
+every producer is checked against the same bits and a stack without NumPy is still probed.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-from typing import Any
+import struct
+import sys
+from typing import Any, NamedTuple
 
 from .._adapters import ADAPTERS
-from .._dtypes import BY_NAME, FLOAT8
+from .._dtypes import BY_NAME, FLOAT8, decode_table, short_name
 
-__all__ = ["FRAMEWORKS", "DEVICES", "BASE_DTYPES", "PRODUCER_DEVICES", "installed_frameworks", "short_dtype",
-           "reference", "make_source", "host_bytes", "dtype_of", "native_import", "gpu_info"]  # fmt: skip
+__all__ = ["FRAMEWORKS", "DEVICES", "BASE_DTYPES", "installed_frameworks", "short_dtype", "import_order",
+           "install_hint", "Ref", "reference", "upcast_bits", "make_source", "native_import", "gpu_info"]  # fmt: skip
 
-FRAMEWORKS: tuple[str, ...] = tuple(ADAPTERS)  # torch, cupy, jax, numpy
+FRAMEWORKS: tuple[str, ...] = tuple(ADAPTERS)
 DEVICES = ("cpu", "cuda")
 DEVICE_CODE = {"cpu": 1, "cuda": 2}
-# Where each framework can *make* arrays (numpy only on the host, CuPy only on the GPU).
-PRODUCER_DEVICES: dict[str, tuple[str, ...]] = {"torch": DEVICES, "cupy": ("cuda",), "jax": DEVICES, "numpy": ("cpu",)}
 BASE_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "bool", "complex64", "uint16", "int64")
 # The fp8 kinds beyond the base list that a default run adds when some producer can make them.
 EXTRA_FP8 = tuple(n for n in BY_NAME if n in FLOAT8 and n not in BASE_DTYPES)
 CANDIDATE_DTYPES = BASE_DTYPES + EXTRA_FP8
 _SHAPE = (4, 6)
-_ALIGN = 64
+
+short_dtype = short_name  # column labels: float32 -> f32, float8_e4m3fn -> e4m3fn
 
 
 def installed_frameworks() -> list[str]:
@@ -35,124 +37,94 @@ def installed_frameworks() -> list[str]:
     return [name for name in FRAMEWORKS if importlib.util.find_spec(ADAPTERS[name].module) is not None]
 
 
-def short_dtype(name: str) -> str:
-    """Column label: float32 -> f32, float8_e4m3fn -> e4m3fn, complex64 -> c64."""
-    if name.startswith("float8_"):
-        return name.removeprefix("float8_")
-    for long, short in (("bfloat", "bf"), ("float", "f"), ("complex", "c"), ("uint", "u"), ("int", "i")):
-        if name.startswith(long):
-            return short + name.removeprefix(long)
-    return name
+def install_hint(names: tuple[str, ...] | list[str] = FRAMEWORKS) -> str:
+    """How to install frameworks: 'pip install "dlbridge[<extra>]"' for each (its adapter's extra)."""
+    return " or ".join(f'pip install "dlbridge[{ADAPTERS[n].extra or n}]"' for n in names)
+
+
+def import_order(names: list[str]) -> list[str]:
+    """``names`` in an order that imports each framework before any module its adapter says would
+    make importing it crash the process (``Adapter.unsafe_after``); otherwise the given order."""
+    pending, order = list(names), []
+    while pending:
+        for name in pending:
+            # ``name`` must wait while another pending framework has to be imported before it.
+            blocked = any(ADAPTERS[name].module.partition(".")[0] in ADAPTERS[other].unsafe_after
+                          for other in pending if other != name)  # fmt: skip
+            if not blocked:
+                break
+        else:  # a cycle no order can satisfy: keep the given order
+            name = pending[0]
+        pending.remove(name)
+        order.append(name)
+    return order
 
 
 # --- worker side: sources and results ----------------------------------------------------------
 
 
-def _np_dtype(name: str) -> Any:
-    import numpy as np
+class Ref(NamedTuple):
+    """A reference array as plain bytes: built without any framework, so that every installed
+    producer is probed (NumPy and ml_dtypes are not needed to make or to check a cell)."""
 
-    if name == "bfloat16" or name.startswith("float"):
-        import ml_dtypes
-
-        if hasattr(ml_dtypes, name):
-            return np.dtype(getattr(ml_dtypes, name))
-    return np.dtype(name)
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes  # the elements' bytes, C order, native byte order
 
 
-def reference(dtype: str) -> Any:
-    """A NumPy array (ml_dtypes for bf16/fp8) with known, finite, mostly distinct values."""
-    import numpy as np
+def _encode_fp(values: list[float], dtype: str) -> bytes:
+    """Bytes of ``values`` (exactly representable) in a floating dtype dlbridge knows."""
+    fmt = {"float16": "e", "float32": "f", "float64": "d"}.get(dtype)
+    if fmt is not None:
+        return struct.pack(f"={len(values)}{fmt}", *values)
+    if dtype == "bfloat16":  # the top half of float32 (exact for these values)
+        return b"".join(struct.pack("=H", struct.unpack("=I", struct.pack("=f", v))[0] >> 16) for v in values)
+    table = decode_table(dtype)
+    if table is None:
+        raise TypeError(f"the report has no reference values for {dtype}")
+    code: dict[float, int] = {}
+    for byte, value in enumerate(table):  # ascending: +0.0 wins over -0.0
+        code.setdefault(value, byte)
+    return bytes(code[v] for v in values)
 
+
+def reference(dtype: str) -> Ref:
+    """Known, finite, mostly distinct values of ``dtype`` (small halves and integers are exact in
+    every float format here, fp8 included), shaped 4x6."""
     n = _SHAPE[0] * _SHAPE[1]
-    k = np.arange(n)
+    k = range(n)
+    d = BY_NAME[dtype]
     if dtype == "bool":
-        return ((k * 7) % 3 == 0).reshape(_SHAPE)
-    if dtype.startswith(("int", "uint")):
-        return ((k * 2654435761) % 30011).astype(dtype).reshape(_SHAPE)
-    if dtype == "float8_e8m0fnu":  # only positive powers of two
-        return (2.0 ** (k % 9 - 4)).astype(np.float32).astype(_np_dtype(dtype)).reshape(_SHAPE)
-    # Small halves and integers are exact in every float format here, fp8 included.
-    halves = ((k * 5) % 17 - 8) / 2
+        return Ref(dtype, _SHAPE, bytes(int((i * 7) % 3 == 0) for i in k))
+    if d.code in (0, 1):  # ints: two's complement of the value, wrapped to the width
+        size = d.bits // 8
+        return Ref(dtype, _SHAPE, b"".join((((i * 2654435761) % 30011) % (1 << d.bits)).to_bytes(size, sys.byteorder) for i in k))  # fmt: skip
+    halves = [((i * 5) % 17 - 8) / 2 for i in k]
     if dtype.startswith("complex"):
-        return (halves + 1j * halves[::-1]).astype(dtype).reshape(_SHAPE)
+        part = "float32" if d.bits == 64 else "float64"
+        pairs = [x for re, im in zip(halves, reversed(halves)) for x in (re, im)]
+        return Ref(dtype, _SHAPE, _encode_fp(pairs, part))
+    if dtype == "float8_e8m0fnu":  # only positive powers of two
+        return Ref(dtype, _SHAPE, _encode_fp([2.0 ** (i % 9 - 4) for i in k], dtype))
     if dtype.endswith("fnuz"):  # fnuz formats have no -0.0
-        halves = np.where(halves == 0, 1.0, halves)
-    return halves.astype(np.float32).astype(_np_dtype(dtype)).reshape(_SHAPE)
+        halves = [1.0 if v == 0 else v for v in halves]
+    return Ref(dtype, _SHAPE, _encode_fp(halves, dtype))
 
 
-def _raw(ref: Any) -> Any:
-    """``ref`` as a NumPy array the framework understands: ml_dtypes data as same-width uints."""
-    return ref.view(f"u{ref.dtype.itemsize}") if ref.dtype.type.__module__ == "ml_dtypes" else ref
+def upcast_bits(ref: Ref) -> bytes:
+    """What fallback="upcast" must give for ``ref``: float32 bytes of the same values."""
+    if ref.dtype == "bfloat16":
+        halves = struct.unpack(f"={len(ref.data) // 2}H", ref.data)
+        return struct.pack(f"={len(halves)}I", *(h << 16 for h in halves))
+    table = decode_table(ref.dtype)
+    if table is None:
+        raise TypeError(f"no upcast for {ref.dtype}")
+    return struct.pack(f"={len(ref.data)}f", *(table[b] for b in ref.data))
 
 
-def _aligned_copy(a: Any) -> Any:
-    """A copy of ``a`` at a 64-byte aligned address.
-
-    JAX copies CPU buffers that are not aligned the way XLA wants; NumPy's own allocations
-    are only 16-byte aligned, so without this the zero-copy column would depend on chance.
-    """
-    import numpy as np
-
-    buf = np.empty(a.nbytes + _ALIGN, dtype=np.uint8)
-    start = -buf.ctypes.data % _ALIGN
-    out = buf[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
-
-
-def make_source(framework: str, device: str, dtype: str) -> Any:
+def make_source(framework: str, device: str, ref: Ref) -> Any:
     """The source array for one cell; raises (any exception) when the framework cannot make it."""
-    ref = reference(dtype)
-    if framework == "numpy":
-        return _aligned_copy(ref)  # bf16/fp8: an ml_dtypes array (the "numpy with ml_dtypes" producer)
-    if framework == "torch":
-        import torch
-
-        target = getattr(torch, dtype, None)
-        if not isinstance(target, torch.dtype):
-            raise TypeError(f"torch has no {dtype}")
-        t = torch.from_numpy(_aligned_copy(_raw(ref)))
-        t = t.view(target) if t.dtype != target else t
-        return t.to("cuda") if device == "cuda" else t
-    if framework == "jax":
-        import jax
-
-        dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
-        return jax.device_put(ref, dev)
-    if framework == "cupy":
-        import cupy
-
-        raw = cupy.asarray(_raw(ref))
-        return raw.view(ref.dtype) if raw.dtype != ref.dtype else raw
-    raise ValueError(f"unknown framework {framework!r}")
-
-
-def dtype_of(framework: str, arr: Any) -> str:
-    """dlbridge's name for an array's dtype (``torch.bfloat16`` -> ``bfloat16``)."""
-    text = str(arr.dtype).removeprefix("torch.") if framework == "torch" else str(arr.dtype)
-    return text
-
-
-def host_bytes(framework: str, arr: Any) -> Any:
-    """The array's raw bytes on the host, C order, as a flat NumPy uint8 array."""
-    import numpy as np
-
-    if framework == "torch":
-        import torch
-
-        t = arr.detach().cpu().contiguous().reshape(-1)
-        if t.is_complex():
-            t = torch.view_as_real(t).reshape(-1)
-        if t.dtype == torch.bool:
-            t = t.to(torch.uint8)
-        return t.view(torch.uint8).numpy()
-    if framework == "cupy":
-        import cupy
-
-        a = cupy.ascontiguousarray(arr).reshape(-1)
-        return a.view(f"u{a.dtype.itemsize}").get().view(np.uint8)
-    a = np.ascontiguousarray(np.asarray(arr)).reshape(-1)  # numpy and jax
-    return a.view(np.uint8)
+    return ADAPTERS[framework].make_from_bits(ref.data, ref.dtype, ref.shape, device)
 
 
 def native_import(consumer: str, src: Any) -> Any:
@@ -166,21 +138,12 @@ def cuda_producers(frameworks: list[str]) -> list[str]:
 
 
 def gpu_info(frameworks: list[str]) -> str | None:
-    """The GPU's name as a framework reports it (worker only)."""
-    try:
-        if "torch" in frameworks:
-            import torch
-
-            if torch.cuda.is_available():
-                return str(torch.cuda.get_device_name(0))
-        if "cupy" in frameworks:
-            import cupy
-
-            return str(cupy.cuda.runtime.getDeviceProperties(0)["name"].decode())
-        if "jax" in frameworks:
-            import jax
-
-            return str(jax.devices("gpu")[0].device_kind)
-    except Exception:
-        return None
+    """The GPU's name as the first framework that can tell reports it (worker only)."""
+    for name in frameworks:
+        try:
+            found = ADAPTERS[name].gpu_name()
+        except Exception:
+            continue
+        if found:
+            return found
     return None

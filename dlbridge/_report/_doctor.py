@@ -10,27 +10,28 @@ import importlib.util
 import os
 from importlib import metadata
 
-from .._capabilities import TABLE, capabilities
+from .._adapters import ADAPTERS
+from .._capabilities import TABLE, capabilities, missing_requirements
 from .._dtypes import FLOAT8
 from .._options import ENV_VAR, get_default_fallback
-from ._cases import BASE_DTYPES, FRAMEWORKS
+from ._cases import BASE_DTYPES, FRAMEWORKS, install_hint
 
-__all__ = ["installed_versions", "hazards", "doctor_text"]
+__all__ = ["installed_versions", "hazards", "doctor_text", "COMPANIONS"]
 
-_DISPLAY = {"torch": "PyTorch", "cupy": "CuPy", "jax": "JAX", "numpy": "NumPy"}
-# Distributions that provide a framework's module under another name (CuPy ships per CUDA version).
-_DISTS = {"jax": ("jax",), "jaxlib": ("jaxlib",), "ml_dtypes": ("ml_dtypes", "ml-dtypes")}
+# Distributions listed beside the frameworks (compiled halves, dtype add-ons), in registry order.
+COMPANIONS: tuple[str, ...] = tuple(dict.fromkeys(c for a in ADAPTERS.values() for c in a.companions))
 
 
-def _dist_version(module: str) -> str | None:
+def _dist_version(module: str, distributions: tuple[str, ...] = ()) -> str | None:
     if importlib.util.find_spec(module) is None:
         return None
-    for name in _DISTS.get(module, (module,)):
+    for name in distributions or (module,):
         try:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
-    for name in metadata.packages_distributions().get(module, ()):  # e.g. cupy-cuda12x
+    # A distribution named otherwise (per-CUDA-version wheels, say): ask which one ships the module.
+    for name in metadata.packages_distributions().get(module, ()):
         try:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -39,12 +40,14 @@ def _dist_version(module: str) -> str | None:
 
 
 def installed_versions() -> dict[str, str | None]:
-    """Version of each framework, jaxlib, ml_dtypes and dlbridge; None when not installed."""
+    """Version of each framework, their companions and dlbridge; None when not installed."""
     from .. import __version__
 
-    found: dict[str, str | None] = {name: _dist_version(name) for name in FRAMEWORKS}
-    found["jaxlib"] = _dist_version("jaxlib") if found["jax"] else None
-    found["ml_dtypes"] = _dist_version("ml_dtypes")
+    found: dict[str, str | None] = {name: _dist_version(a.module, a.distributions) for name, a in ADAPTERS.items()}
+    for adapter in ADAPTERS.values():
+        for companion in adapter.companions:
+            if found.get(companion) is None:
+                found[companion] = _dist_version(companion)
     found["dlbridge"] = __version__
     return found
 
@@ -67,7 +70,7 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
         if version is None:
             continue
         caps = capabilities(name, version)
-        who = f"{_DISPLAY[name]} {version}"
+        who = f"{ADAPTERS[name].display or name} {version}"
         if caps.crashes_on_reject:
             out.append(f"{who} crashes the process on a capsule it rejects (bf16, fp8, lanes != 1; "
                        f"{_source(name, 'crashes_on_reject')}); dlbridge never hands it one.")  # fmt: skip
@@ -77,17 +80,15 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
             out.append(f"{who} cannot import {_names(set(reinterpreted))} through DLPack; "
                        "dlbridge imports the bits as unsigned integers and views them as the true dtype (zero-copy).")  # fmt: skip
         if unheld:
-            extra = (
-                " (pip install ml_dtypes would add bf16/fp8)"
-                if name == "numpy" and not versions.get("ml_dtypes")
-                else ""
-            )
+            needs = sorted({m for d in unheld for m in missing_requirements(name, version, d)})
+            gains = sorted(d for d in unheld if any(missing_requirements(name, version, d)))
+            extra = f" (pip install {' '.join(needs)} would add {_names(set(gains))})" if needs else ""
             out.append(f"{who} cannot hold {_names(unheld)}{extra}: dlbridge raises UnsupportedDtypeError; "
                        'fallback="view" gives a zero-copy unsigned-integer view instead.')  # fmt: skip
         if not caps.negative_strides and not caps.compact_only:
             # The table has no negative_strides row for it; see the comment in _capabilities.TABLE.
-            out.append(f"{who} cannot import negative strides safely (torch 2.13 was seen aborting the process on NumPy's "
-                       "a[::-1]); dlbridge hands it a dense copy instead.")  # fmt: skip
+            out.append(f"{who} cannot import negative strides safely (seen aborting the process on a reversed "
+                       "view, a[::-1]); dlbridge hands it a dense copy instead.")  # fmt: skip
         if caps.compact_only:
             out.append(f"{who} refuses non-compact strides (transposed or sliced views); dlbridge makes a dense copy "
                        "(copy=False raises LayoutError).")  # fmt: skip
@@ -98,10 +99,18 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
             legacy = "" if caps.versioned_capsules else " and reads only legacy capsules, which cannot say so"
             out.append(f"{who} has no read-only arrays{legacy}: dlbridge refuses read-only sources (ReadOnlyError) "
                        "unless copy=True.")  # fmt: skip
-        if name == "jax" and os.environ.get("JAX_ENABLE_X64", "").lower() not in ("1", "true", "yes"):
-            out.append(f"{who} runs without 64-bit types (JAX_ENABLE_X64 unset): it narrows int64/float64/complex128 "
-                       "to 32 bits on import; dlbridge refuses them instead of narrowing.")  # fmt: skip
+        after = [m for m in ADAPTERS[name].unsafe_after if importlib.util.find_spec(m) is not None]
+        if after:
+            out.append(f"{who} crashes the process when imported after {' or '.join(after)}: import it first "
+                       "(dlbridge refuses to import it late, and its report imports it first).")  # fmt: skip
+        out += ADAPTERS[name].doctor_notes(version)
     return out
+
+
+def _report_hint(versions: dict[str, str | None], missing: list[str]) -> str:
+    if len(missing) == len(FRAMEWORKS):
+        return "once a framework is installed, run `dlbridge report` to probe it in isolated processes."
+    return "run `dlbridge report` to probe the installed stack in isolated processes."
 
 
 def doctor_text() -> str:
@@ -109,10 +118,14 @@ def doctor_text() -> str:
     width = max(len(k) for k in versions)
     lines = ["dlbridge doctor: installed versions (package metadata; nothing imported)"]
     lines += [f"  {k:<{width}}  {v or 'not installed'}" for k, v in versions.items()]
+    missing = [name for name in FRAMEWORKS if not versions.get(name)]
+    if len(missing) == len(FRAMEWORKS):
+        lines += ["", f"no framework is installed: install the ones you use, e.g. {install_hint(FRAMEWORKS[:1])} "
+                  f"(extras: {', '.join(ADAPTERS[n].extra or n for n in FRAMEWORKS)})."]  # fmt: skip
     found = hazards(versions)
     lines += ["", f"hazards known to the capability table ({len(found)}):"]
     lines += [f"  - {h}" for h in found] or ["  none"]
     env = os.environ.get(ENV_VAR)
     lines += ["", f'default fallback: "{get_default_fallback()}"' + (f" (${ENV_VAR}={env})" if env else ""),
-              "run `dlbridge report` to probe the installed stack in isolated processes."]  # fmt: skip
+              _report_hint(versions, missing)]  # fmt: skip
     return "\n".join(lines)

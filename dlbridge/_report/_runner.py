@@ -24,13 +24,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from .._adapters import ADAPTERS
 from ._cases import BASE_DTYPES, CANDIDATE_DTYPES, EXTRA_FP8, FRAMEWORKS
 from ._model import ATTEMPTS, Attempt, Cell, Report, predict
 
 __all__ = ["run_report", "Progress"]
 
 Progress = Callable[[int, int, str], None]
-HELLO_TIMEOUT = 300.0  # importing torch + jax + cupy on a cold disk can take a while
+HELLO_TIMEOUT = 300.0  # importing several large frameworks from a cold disk can take a while
 
 
 class _Worker:
@@ -39,7 +40,7 @@ class _Worker:
     def __init__(self, config: dict[str, Any], env: dict[str, str]) -> None:
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dlbridge._report._worker", json.dumps(config)],
+            [sys.executable, "-c", "from dlbridge._report._worker import main; main()", json.dumps(config)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -95,7 +96,7 @@ class _Worker:
         self.proc.wait()
 
     def close(self) -> None:
-        # Workers hold nothing worth a graceful exit, and one may still be importing torch.
+        # Workers hold nothing worth a graceful exit, and one may still be importing a framework.
         self.kill()
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
@@ -115,8 +116,10 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     # The report shows dlbridge's own default, not this shell's choice.
     env.pop("DLBRIDGE_FALLBACK", None)
-    # Several workers share one GPU: JAX must not grab 75% of its memory in each of them.
-    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # Several workers share one GPU: a framework must not grab most of its memory in each of them.
+    for adapter in ADAPTERS.values():
+        for key, value in adapter.worker_env.items():
+            env.setdefault(key, value)
     root = str(Path(__file__).resolve().parents[2])  # the directory holding the dlbridge package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
@@ -149,12 +152,16 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
     """Probe every cell; returns the (possibly partial, after Ctrl-C) report."""
     started = time.monotonic()
     env = _env()
-    config = {"frameworks": frameworks, "devices": devices, "dtypes": dtypes or list(CANDIDATE_DTYPES)}
+    config = {"frameworks": frameworks, "devices": devices, "dtypes": dtypes or list(CANDIDATE_DTYPES),
+              "parent": os.getpid()}  # fmt: skip
     first = _Worker({**config, "hello": True}, env)
     workers: list[_Worker] = [first]
     interrupted = False
     try:
         hello = _wait_hello(first)
+        broken: dict[str, str] = hello.get("broken", {})
+        frameworks = [f for f in frameworks if f not in broken]  # importing it failed: said in the header
+        config["frameworks"] = frameworks
         cells, not_made, dtypes = _cells(hello, frameworks, dtypes)
         tasks = deque(
             {
@@ -169,7 +176,8 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
             for j, a in enumerate(ATTEMPTS)
         )
         total = len(tasks)
-        workers += [_Worker(config, env) for _ in range(max(0, min(jobs, total) - 1))]
+        for _ in range(max(0, min(jobs, total) - 1)):
+            workers.append(_Worker(config, env))  # one by one: an interrupt leaves none unlisted
         try:
             _drive(workers, tasks, cells, config, env, timeout, progress, total)
         except KeyboardInterrupt:
@@ -181,6 +189,7 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
     meta = _meta(hello, command, jobs, time.monotonic() - started, frameworks, devices, dtypes)
     meta["partial"] = interrupted
     meta["cells_planned"], meta["cells_done"] = len(cells), len(done)
+    meta["import_failed"] = broken
     versions = {**hello["versions"], "dlbridge": meta["dlbridge"], "python": meta["python"]}
     return Report(meta, versions, done, not_made, hello["caps"])
 

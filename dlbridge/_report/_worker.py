@@ -1,48 +1,44 @@
 """The worker process: imports the frameworks once, then runs one attempt per stdin line.
 
-Protocol (JSON lines): the parent starts ``python -m dlbridge._report._worker CONFIG``; the
-worker writes one ``{"hello": ...}`` line, then answers each task line with one result
-line. A crash kills only this process; the parent records it and starts a new worker at the
-next task. Nothing but protocol lines reaches the real stdout: C-level prints from the
-frameworks are sent to stderr.
-
-``$DLBRIDGE_REPORT_CRASH`` (comma-separated ``producer:device>consumer:dtype:attempt``, each
-optionally ``=segv``, ``=hang`` or ``=hang:MARKER_PATH``) makes the worker abort, dereference NULL or hang on those
-tasks: the test suite uses it to prove crash recovery, timeouts and Ctrl-C.
+Protocol (JSON lines): the parent starts ``python -c "from dlbridge._report._worker import
+main; main()" CONFIG``; the worker writes one ``{"hello": ...}`` line, then answers each task
+line with one result line. A crash kills only this process; the parent records it and starts a
+new worker at the next task. Nothing but protocol lines reaches the real stdout: C-level prints
+from the frameworks are sent to stderr. A worker never outlives its parent (it dies with it on
+Linux, and ends when its stdin closes everywhere).
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib
+import importlib.util
 import json
 import os
+import signal
 import sys
-import time
 import warnings
 from typing import Any
 
 from .._adapters import ADAPTERS
 from .._convert import inspect
-from .._dtypes import unsigned_of_width
+from .._dtypes import BY_NAME, unsigned_of_width
 from .._errors import DLBridgeError, UnsupportedDtypeError
 from .._options import NOT_GIVEN, resolve_fallback
 from .._plan import plan_for
 from ._cases import (
     DEVICE_CODE,
-    PRODUCER_DEVICES,
+    Ref,
     cuda_producers,
-    dtype_of,
     gpu_info,
-    host_bytes,
+    import_order,
     make_source,
     native_import,
     reference,
+    upcast_bits,
 )
 
 __all__ = ["task_key", "run_task", "hello", "main"]
-
-CRASH_ENV = "DLBRIDGE_REPORT_CRASH"
 
 
 def task_key(task: dict[str, Any]) -> str:
@@ -55,32 +51,35 @@ def _error(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def _check(consumer: str, out: Any, ref: Any, want_dtype: str, want_bytes: Any) -> str | None:
+def _check(consumer: str, out: Any, ref: Ref, want_dtype: str, want_bytes: bytes) -> str | None:
     """Why ``out`` is wrong (dtype, shape or bits), or None when it is right."""
-    got = dtype_of(consumer, out)
+    adapter = ADAPTERS[consumer]
+    got = adapter.dtype_str(out)
     if got != want_dtype:
         return f"dtype {got}, expected {want_dtype}"
     if tuple(out.shape) != tuple(ref.shape):
         return f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
-    data = host_bytes(consumer, out)
-    if data.shape != want_bytes.shape or (data != want_bytes).any():
+    data = adapter.raw_bytes(out)
+    if data != want_bytes:
         return "values differ from the source (bit patterns compared)"
     return None
 
 
-def _native(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
+def _native(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
     consumer = task["consumer"]
     try:
         out = native_import(consumer, src)
     except Exception as err:
         return {"status": "error", "error": _error(err), "clean": False, "export_failed": _export_fails(src)}
-    wrong = _check(consumer, out, ref, task["dtype"], ref.view("u1").reshape(-1))
+    wrong = _check(consumer, out, ref, task["dtype"], ref.data)
     zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
     return {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": "native"}
 
 
 def _export_fails(src: Any) -> bool:
-    """Whether the producer itself refuses to export (so the failure is not the consumer's)."""
+    """Whether the producer's own ``__dlpack__`` refuses (or is missing), so the failure is not the consumer's."""
+    if not hasattr(type(src), "__dlpack__"):
+        return True
     try:
         src.__dlpack__()  # the unconsumed capsule is freed by its destructor
     except Exception:
@@ -98,9 +97,7 @@ def _planned(src: Any, consumer: str, fallback: Any) -> str:
         return "raise"
 
 
-def _dlbridge(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
-    import numpy as np
-
+def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
     from .._convert import convert
 
     consumer = task["consumer"]
@@ -110,11 +107,11 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
         out = convert(src, consumer, fallback=fallback)
     except Exception as err:
         return {"status": "error", "error": _error(err), "clean": isinstance(err, DLBridgeError), "mode": "raise"}
-    flat = ref.view("u1").reshape(-1)
+    flat = ref.data
     if mode == "view":
-        want = unsigned_of_width(ref.dtype.itemsize * 8) or "?"
+        want = unsigned_of_width(BY_NAME[ref.dtype].width) or "?"
     elif mode == "upcast":
-        want, flat = "float32", ref.astype(np.float32).view("u1").reshape(-1)
+        want, flat = "float32", upcast_bits(ref)
     else:
         want = task["dtype"]
     wrong = _check(consumer, out, ref, want, flat)
@@ -126,27 +123,11 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Any) -> dict[str, Any]:
     return {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": mode}
 
 
-def _injected_fault(key: str) -> None:
-    for entry in os.environ.get(CRASH_ENV, "").split(","):
-        target, _, action = entry.partition("=")
-        if target != key:
-            continue
-        if action.startswith("hang"):  # "hang:PATH" touches PATH first, so a test knows it got here
-            marker = action.partition(":")[2]
-            if marker:
-                open(marker, "w").close()
-            time.sleep(3600)
-        elif action == "segv":
-            ctypes.string_at(0)  # SIGSEGV
-        os.abort()  # SIGABRT
-
-
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
     """Run one attempt; every Python-level failure becomes data (a crash ends the process)."""
-    _injected_fault(task_key(task))
-    ref = reference(task["dtype"])
     try:
-        src = make_source(task["producer"], task["device"], task["dtype"])
+        ref = reference(task["dtype"])
+        src = make_source(task["producer"], task["device"], ref)
     except Exception as err:
         return {"status": "skip", "error": f"producer cannot make it: {_error(err)}"}
     attempt = _native if task["attempt"] == "native" else _dlbridge
@@ -160,25 +141,31 @@ def _versions(frameworks: list[str]) -> dict[str, str]:
     from importlib import metadata
 
     out = {name: ADAPTERS[name].version for name in frameworks}
-    if "jax" in frameworks:
-        import jaxlib
-
-        out["jaxlib"] = str(getattr(jaxlib, "__version__", "?"))
-    try:
-        out["ml_dtypes"] = metadata.version("ml_dtypes")
-    except metadata.PackageNotFoundError:
-        out["ml_dtypes"] = "not installed"
+    for name in frameworks:
+        for companion in ADAPTERS[name].companions:
+            try:
+                found = importlib.util.find_spec(companion) is not None
+                out[companion] = metadata.version(companion) if found else "not installed"
+            except (metadata.PackageNotFoundError, ValueError):
+                out[companion] = "not installed"
     return out
 
 
 def _makes(framework: str, device: str, dtypes: list[str]) -> dict[str, str | None]:
     """dtype -> None when the producer makes it, else the reason it cannot."""
+    adapter = ADAPTERS[framework]
     found: dict[str, str | None] = {}
     for dtype in dtypes:
         try:
-            src = make_source(framework, device, dtype)
-            got = dtype_of(framework, src)
+            ref = reference(dtype)
+        except Exception as err:
+            found[dtype] = f"no reference values: {_error(err)}"
+            continue
+        try:
+            got = adapter.dtype_str(make_source(framework, device, ref))
             found[dtype] = None if got == dtype else f"makes {got} when asked for {dtype}"
+        except ModuleNotFoundError as err:  # NumPy's bf16/fp8 come from ml_dtypes
+            found[dtype] = f"needs {err.name}, which is not installed (pip install {err.name})"
         except Exception as err:
             found[dtype] = _error(err)
     return found
@@ -188,7 +175,7 @@ def hello(frameworks: list[str], devices: list[str], dtypes: list[str]) -> dict[
     cuda = cuda_producers(frameworks) if "cuda" in devices else []
     producers = {}
     for fw in frameworks:
-        for dev in PRODUCER_DEVICES[fw]:
+        for dev in ADAPTERS[fw].producer_devices:
             if dev in devices and (dev == "cpu" or fw in cuda):
                 producers[f"{fw}:{dev}"] = _makes(fw, dev, dtypes)
     caps = {}
@@ -200,22 +187,41 @@ def hello(frameworks: list[str], devices: list[str], dtypes: list[str]) -> dict[
             "producers": producers, "caps": caps, "device_codes": DEVICE_CODE}  # fmt: skip
 
 
+def _die_with_parent(parent: int) -> None:
+    """End this worker when the report process ends, however it ends (Linux: the kernel's
+    PR_SET_PDEATHSIG; elsewhere the closed stdin ends the task loop)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
+    if config.get("parent"):
+        _die_with_parent(config["parent"])
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # C-level prints from the frameworks go to stderr, not into the protocol
     sys.stdout = sys.stderr
     warnings.simplefilter("ignore")
-    for fw in config["frameworks"]:
-        importlib.import_module(ADAPTERS[fw].module)
-    info = hello(config["frameworks"], config["devices"], config["dtypes"]) if config.get("hello") else {}
+    frameworks, broken = [], {}
+    for fw in import_order(config["frameworks"]):  # never one a loaded module makes crash on import
+        try:
+            importlib.import_module(ADAPTERS[fw].module)
+            frameworks.append(fw)
+        except Exception as err:  # a broken install: the report says so and probes the others
+            broken[fw] = _error(err)
+    frameworks.sort(key=config["frameworks"].index)
+    info = {}
+    if config.get("hello"):
+        info = {**hello(frameworks, config["devices"], config["dtypes"]), "broken": broken}
     protocol.write(json.dumps({"hello": info, "pid": os.getpid()}) + "\n")
     for line in sys.stdin:
         task = json.loads(line)
         result = run_task(task)
         result["id"] = task["id"]
         protocol.write(json.dumps(result) + "\n")
-
-
-if __name__ == "__main__":
-    main()
