@@ -198,7 +198,13 @@ class _Call:
         if hasattr(cls, "__dlpack__"):
             return self.array(value, where)
         if cls in _CONTAINERS or (isinstance(value, tuple) and hasattr(cls, "_fields")):
-            return _map(value, lambda v, k: self.value(v, (*where, k), explicit))
+            if explicit and value and not _holds_array(value):  # a list of numbers, say: nothing to convert
+                raise NotAnArrayError(
+                    f"{self.spec.name}({self.spec.label(where)}=…): args= selects it for conversion to "
+                    f"{self.spec.target.name}, but it is a {cls.__qualname__} holding no array that supports "
+                    "DLPack; pass arrays (or a tuple, list or dict holding some), or leave it out of args="
+                )
+            return _map(value, lambda v, k: self.value(v, (*where, k), False))
         if explicit and value is not None:
             raise NotAnArrayError(
                 f"{self.spec.name}({self.spec.label(where)}=…): args= selects it for conversion to "
@@ -328,6 +334,16 @@ def _map(value: Any, convert: Callable[[Any, Any], Any]) -> Any:
     if isinstance(value, list):
         return out
     return type(value)(*out) if hasattr(type(value), "_fields") else tuple(out)
+
+
+def _holds_array(value: Any) -> bool:
+    """Whether a tuple, list or dict holds an array supporting DLPack, at any depth."""
+    items = value.values() if isinstance(value, dict) else value
+    for v in items:
+        cls = type(v)
+        if hasattr(cls, "__dlpack__") or (isinstance(v, _CONTAINERS) and _holds_array(v)):
+            return True
+    return False
 
 
 def _unchanged(r: Any, given: tuple[Any, Any, Any]) -> bool:

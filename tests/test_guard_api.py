@@ -305,16 +305,21 @@ def test_args_selecting_a_list_of_numbers_raises_not_an_array() -> None:
     def body(xs):
         raise AssertionError("the body ran")
 
-    with pytest.raises(dlbridge.NotAnArrayError, match=r"^body\(xs\[0\]=…\): args= selects it for conversion to torch"):
+    with pytest.raises(
+        dlbridge.NotAnArrayError,
+        match=r"^body\(xs=…\): args= selects it for conversion to torch, but it is a list holding no array",
+    ):
         body([1, 2.5])
 
 
-def test_args_selecting_a_list_of_arrays_and_none_converts_the_arrays() -> None:
+def test_args_selecting_a_mixed_or_empty_container_converts_its_arrays_and_leaves_the_rest() -> None:
     @dlbridge.guard("torch", args=("xs",))
     def body(xs):
         return [type(v).__name__ for v in xs]
 
-    assert body([np.ones(2), None]) == ["Tensor", "NoneType"]
+    assert body([np.ones(2), None, 7]) == ["Tensor", "NoneType", "int"]
+    assert body([[np.ones(2)], 3]) == ["list", "int"]
+    assert body([]) == []
 
 
 def test_args_results_go_to_the_first_selected_parameters_framework_in_signature_order() -> None:
