@@ -369,7 +369,7 @@ def _layout_reader(x: Any) -> Callable[[Any], tuple[Any, Any, Any]]:
     if hasattr(x, "strides"):  # NumPy, CuPy: byte strides, settable along with shape and dtype
         return lambda a: (a.shape, a.dtype, a.strides)
     if callable(getattr(x, "stride", None)):  # torch: element strides; t_(), unsqueeze_(), as_strided_()
-        return lambda a: (tuple(a.shape), a.dtype, a.stride())
+        return lambda a: (a.shape, a.dtype, a.stride())
     return lambda a: (getattr(a, "shape", None), getattr(a, "dtype", None), None)  # immutable (JAX)
 
 
