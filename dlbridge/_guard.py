@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 from ._adapters import ADAPTERS, adapter_named
 from ._errors import OptionError
 from ._guard_call import _Spec
+from ._guard_kinds import converted_coroutine, converted_generator
 from ._guard_messages import describe, usage
 from ._options import NOT_GIVEN, Fallback, _NotGiven, check_fallback
 
@@ -180,12 +181,7 @@ def _wrap(fn: Any, spec: _Spec) -> Callable[..., Any]:
         async def async_wrapper(*a: Any, **kw: Any) -> Any:
             __tracebackhide__ = True
             state, args, kwargs = enter(a, kw)
-            try:
-                result = await fn(*args, **kwargs)
-            except BaseException as err:
-                annotate(state, err)
-                raise
-            return leave(state, result, ("result",))
+            return await converted_coroutine(fn(*args, **kwargs), spec, state)
 
         return async_wrapper
 
@@ -195,27 +191,7 @@ def _wrap(fn: Any, spec: _Spec) -> Callable[..., Any]:
         def gen_wrapper(*a: Any, **kw: Any) -> Any:
             __tracebackhide__ = True
             state, args, kwargs = enter(a, kw)
-            inner = fn(*args, **kwargs)
-            try:
-                step, arg = inner.send, None
-                while True:
-                    try:
-                        out = step(arg)
-                    except StopIteration as stop:
-                        return leave(state, stop.value, ("return",))
-                    except BaseException as err:
-                        annotate(state, err)
-                        raise
-                    try:
-                        sent = yield leave(state, out, ("yield",))
-                    except GeneratorExit:
-                        raise
-                    except BaseException as err:
-                        step, arg = inner.throw, err
-                    else:
-                        step, arg = inner.send, None if sent is None else state.value(sent, ("sent",), False)
-            finally:
-                inner.close()
+            return (yield from converted_generator(fn(*args, **kwargs), spec, state))
 
         return gen_wrapper
 

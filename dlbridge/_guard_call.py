@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect as _inspect
 from collections.abc import Callable, Sequence
+from types import CoroutineType, GeneratorType
 from typing import Any
 
 from ._adapters import Adapter, adapter_for
@@ -14,6 +15,7 @@ from ._convert import _convert, inspect
 from ._devices import device_of
 from ._dtypes import DType, dtype_name, lookup
 from ._errors import DeviceMismatchError, DLBridgeError, NotAnArrayError, OptionError, ReadOnlyError
+from ._guard_kinds import converted_coroutine, converted_generator
 from ._guard_messages import call_head, describe, in_context
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
 from ._plan import plan_for
@@ -287,6 +289,10 @@ class _Call:
             return self.result_array(value, back, where)
         if cls in _CONTAINERS or (isinstance(value, tuple) and hasattr(cls, "_fields")):
             return _map(value, lambda v, k: self.result(v, back, (*where, k)))
+        if cls is GeneratorType:  # from a plain function (a generator expression, say): convert as it yields
+            return converted_generator(value, self.spec, self)
+        if cls is CoroutineType:  # from a plain function (an object whose __call__ is async, say)
+            return converted_coroutine(value, self.spec, self)
         return value
 
     def result_array(self, r: Any, back: Adapter, where: tuple[Any, ...]) -> Any:

@@ -232,3 +232,39 @@ def test_async_generator_yields_go_back_to_the_callers_framework() -> None:
     first, second = asyncio.run(drive())
     assert isinstance(first, torch.Tensor) and first.tolist() == [1.0]
     assert isinstance(second, torch.Tensor) and second.tolist() == [12.0]
+
+
+# --- plain functions that return a generator or a coroutine ------------------------------------------
+
+
+def test_plain_function_returning_a_generator_expression_has_its_yields_converted() -> None:
+    @dlbridge.guard("numpy")
+    def rows(x):
+        assert isinstance(x, np.ndarray)
+        return (row for row in x)
+
+    src = torch.arange(4, dtype=torch.float32).reshape(2, 2)
+    out = list(rows(src))
+    assert all(isinstance(r, torch.Tensor) for r in out)
+    assert [r.tolist() for r in out] == [[0.0, 1.0], [2.0, 3.0]]
+    assert ptr(out[1]) == ptr(src) + 2 * 4  # each row a zero-copy view of the caller's tensor
+
+
+def test_object_with_an_async_call_has_its_awaited_result_converted() -> None:
+    class Doubler:
+        async def __call__(self, x):
+            assert isinstance(x, np.ndarray)
+            return x * 2
+
+    guarded = dlbridge.guard("numpy")(Doubler())
+    out = asyncio.run(guarded(torch.tensor([1.0, 2.0])))
+    assert isinstance(out, torch.Tensor) and out.tolist() == [2.0, 4.0]
+
+
+def test_returns_none_leaves_a_returned_generator_as_the_body_made_it() -> None:
+    def make(x):
+        return (v for v in x)
+
+    gen_obj = dlbridge.guard("numpy", returns=None)(make)(torch.ones(2, 2))
+    assert type(gen_obj).__name__ == "generator"
+    assert all(isinstance(v, np.ndarray) for v in gen_obj)
