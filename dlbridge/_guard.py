@@ -79,11 +79,11 @@ def guard(to: Any, /, *, args: Any = None, returns: Any = NOT_GIVEN, convert: bo
 
     - ``args``: which parameters to convert, by name or position (``self`` counts); default:
       every argument supporting DLPack, also inside tuples, lists and dict values. A selected
-      parameter must hold arrays (``None`` passes; inside a tuple, list or dict, every item
-      that is not ``None`` must be an array).
+      parameter must hold an array, ``None``, or a tuple, list or dict holding at least one
+      array (its other items are left alone; an empty one passes); else ``NotAnArrayError``.
     - ``returns``: where array results go: by default the framework and device of the first
-      array argument converted (with ``args=``, the first selected one; bf16 restored if the
-      body saw a uint16 view); ``None`` leaves them alone; a framework name or module sends
+      array argument in call order (with ``args=``, of the first selected parameter holding
+      one, in the signature's order; bf16 restored if the body saw a uint16 view); ``None`` leaves them alone; a framework name or module sends
       them there. A result that is an argument the body was handed, unchanged, comes back as
       the caller's own object; one whose shape, strides or dtype the body changed in place
       (``x.t_()``, ``x.shape = ...``) is converted as the body left it.
@@ -94,7 +94,9 @@ def guard(to: Any, /, *, args: Any = None, returns: Any = NOT_GIVEN, convert: bo
 
     ``async def`` bodies: the awaited result is converted. Generators (and async generators):
     each yielded value and the return value are converted; values passed to ``send`` (or
-    ``asend``) are converted like arguments; ``throw`` and ``close`` reach the body.
+    ``asend``) are converted like arguments; ``throw`` and ``close`` reach the body. A plain
+    function that returns a generator or coroutine object gets it back converted the same way
+    (arguments are then converted at the call, not at the first ``next``).
 
     Typing: the guarded function is typed ``(...) -> Any`` (awaitable or generator kept), since
     its array parameters take any framework's arrays and its results come back in the caller's
