@@ -89,6 +89,19 @@ def test_torch_body_in_place_change_on_a_native_argument_is_the_callers_tensor()
     assert out is src and tuple(out.shape) == (3, 2)
 
 
+def test_numpy_body_reshaping_a_view_in_place_returns_the_logical_dtype_in_the_new_shape() -> None:
+    src = fp4()  # torch float4_e2m1fn_x2: NumPy gets a uint8 view
+    out = dlbridge.guard("numpy", fallback="view")(_reshape_flat_in_place)(src)
+    assert isinstance(out, torch.Tensor) and out.dtype == src.dtype and tuple(out.shape) == (1, 4)
+    assert out.view(torch.uint8).flatten().tolist() == src.view(torch.uint8).tolist()
+    assert ptr(out) == ptr(src)
+
+
+def _reshape_flat_in_place(x):
+    x.shape = (1, 4)
+    return x
+
+
 # --- async def bodies ------------------------------------------------------------------------------
 
 
