@@ -91,7 +91,12 @@ class _Spec:
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True
-        state, args, kwargs = self.enter(args, kwargs)
+        # enter() and leave() inlined: this is every plain call's path.
+        state = _Call(self)
+        if self.selected is None:
+            args, kwargs = state.all_args(args, kwargs)
+        else:
+            args, kwargs = state.selected_args(args, kwargs)
         if state.views:
             try:
                 result = self.fn(*args, **kwargs)
@@ -100,7 +105,14 @@ class _Spec:
                 raise
         else:
             result = self.fn(*args, **kwargs)
-        return self.leave(state, result, ("result",))
+        back = self.back
+        if back is None:
+            return result
+        if back is NOT_GIVEN:
+            back = state.first_adapter
+            if back is None:  # no array argument, or one from a framework dlbridge cannot make
+                return result
+        return state.result(result, back, ("result",))
 
     # --- the steps (also for async and generator bodies) ---------------------------------------
 
