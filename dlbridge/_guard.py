@@ -11,63 +11,106 @@ from __future__ import annotations
 
 import functools
 import inspect as _inspect
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
-from ._adapters import Adapter, adapter_for, adapter_named
-from ._capsule import DEVICE_ALIASES, alias_device, device_name
-from ._convert import _convert, inspect
-from ._devices import device_of
-from ._dtypes import DType, dtype_name, lookup
-from ._errors import DeviceMismatchError, DLBridgeError, NotAnArrayError, OptionError, ReadOnlyError
-from ._guard_messages import call_head, describe, in_context
-from ._options import NOT_GIVEN, Fallback, check_fallback, resolve_fallback
-from ._plan import plan_for
+from ._adapters import ADAPTERS, adapter_named
+from ._errors import OptionError
+from ._guard_call import _Spec
+from ._guard_kinds import converted_coroutine, converted_generator
+from ._guard_messages import describe, usage
+from ._options import NOT_GIVEN, Fallback, _NotGiven, check_fallback
 
-_P = ParamSpec("_P")
 _R = TypeVar("_R")
 _T = TypeVar("_T")
 
 __all__ = ["guard"]
 
-_CONTAINERS = (tuple, list, dict)
-_Kind = _inspect.Parameter
-_NAMED = (_Kind.POSITIONAL_ONLY, _Kind.POSITIONAL_OR_KEYWORD)
-_BY_KEYWORD = (_Kind.POSITIONAL_OR_KEYWORD, _Kind.KEYWORD_ONLY)
-
-
-if TYPE_CHECKING:  # only type checkers need it; building a Protocol at import costs milliseconds
+if TYPE_CHECKING:  # only type checkers need them; building a Protocol at import costs milliseconds
 
     class _Decorator(Protocol):
+        """What ``guard(to)`` returns: array parameters take any framework's arrays and results come
+        back converted, so the guarded function is typed ``(...) -> Any`` (an ``async def`` stays
+        awaitable, a generator stays a generator)."""
+
         @overload
-        def __call__(self, fn: staticmethod[_P, _R], /) -> staticmethod[_P, _R]: ...
+        def __call__(self, fn: staticmethod[..., Any], /) -> staticmethod[..., Any]: ...
         @overload
-        def __call__(self, fn: classmethod[_T, _P, _R], /) -> classmethod[_T, _P, _R]: ...
+        def __call__(self, fn: classmethod[_T, ..., Any], /) -> classmethod[_T, ..., Any]: ...
         @overload
-        def __call__(self, fn: Callable[_P, _R], /) -> Callable[_P, _R]: ...
+        def __call__(
+            self, fn: Callable[..., Coroutine[Any, Any, Any]], /
+        ) -> Callable[..., Coroutine[Any, Any, Any]]: ...
+        @overload
+        def __call__(
+            self, fn: Callable[..., AsyncGenerator[Any, Any]], /
+        ) -> Callable[..., AsyncGenerator[Any, Any]]: ...
+        @overload
+        def __call__(
+            self, fn: Callable[..., Generator[Any, Any, Any]], /
+        ) -> Callable[..., Generator[Any, Any, Any]]: ...
+        @overload
+        def __call__(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
+
+    class _KeepResults(Protocol):
+        """What ``guard(to, returns=None)`` returns: results are the body's own, so its return type stays."""
+
+        @overload
+        def __call__(self, fn: staticmethod[..., _R], /) -> staticmethod[..., _R]: ...
+        @overload
+        def __call__(self, fn: classmethod[_T, ..., _R], /) -> classmethod[_T, ..., _R]: ...
+        @overload
+        def __call__(self, fn: Callable[..., _R], /) -> Callable[..., _R]: ...
 
 
-def guard(to: Any, /, *, args: Sequence[str | int] | None = None, returns: Any = NOT_GIVEN,
-          convert: bool = True, fallback: Fallback | Any = NOT_GIVEN, device: Any = None,
-          copy: bool | None = None, stream: int | None = None) -> _Decorator:  # fmt: skip
+@overload
+def guard(to: str | ModuleType, /, *, args: Sequence[str | int] | str | int | None = ..., returns: None,
+          convert: bool = ..., fallback: Fallback | _NotGiven | None = ..., device: Any = ...,
+          copy: bool | None = ..., stream: int | None = ...) -> _KeepResults: ...  # fmt: skip
+@overload
+def guard(to: str | ModuleType, /, *, args: Sequence[str | int] | str | int | None = ...,
+          returns: str | ModuleType | _NotGiven = ..., convert: bool = ...,
+          fallback: Fallback | _NotGiven | None = ..., device: Any = ..., copy: bool | None = ...,
+          stream: int | None = ...) -> _Decorator: ...  # fmt: skip
+def guard(to: Any, /, *, args: Any = None, returns: Any = NOT_GIVEN, convert: bool = True, fallback: Any = NOT_GIVEN,
+          device: Any = None, copy: bool | None = None, stream: int | None = None) -> Any:  # fmt: skip
     """Make ``fn`` receive its array arguments as ``to`` arrays (a name such as ``"cupy"`` or the module).
 
     - ``args``: which parameters to convert, by name or position (``self`` counts); default:
-      every argument supporting DLPack, also inside tuples, lists and dict values.
+      every argument supporting DLPack, also inside tuples, lists and dict values. A selected
+      parameter must hold an array, ``None``, or a tuple, list or dict holding at least one
+      array (its other items are left alone; an empty one passes); else ``NotAnArrayError``.
     - ``returns``: where array results go: by default the framework and device of the first
-      array argument (bf16 restored if the body saw a uint16 view); ``None`` leaves them
-      alone; a framework name or module sends them there.
+      array argument in call order (with ``args=``, of the first selected parameter holding
+      one, in the signature's order; bf16 restored if the body saw a uint16 view); ``None`` leaves them alone; a framework name or module sends
+      them there. A result that is an argument the body was handed, unchanged, comes back as
+      the caller's own object; one whose shape, strides or dtype the body changed in place
+      (``x.t_()``, ``x.shape = ...``) is converted as the body left it.
     - ``convert=False`` converts nothing: it raises ``UnsupportedDtypeError`` or
       ``DeviceMismatchError`` before the body runs if ``to`` could not take an argument.
     - ``fallback``, ``device``, ``copy``, ``stream`` are passed to each conversion as in
       ``convert``; an unset ``fallback`` follows the default in force at call time.
+
+    ``async def`` bodies: the awaited result is converted. Generators (and async generators):
+    each yielded value and the return value are converted; values passed to ``send`` (or
+    ``asend``) are converted like arguments; ``throw`` and ``close`` reach the body. A plain
+    function that returns a generator or coroutine object gets it back converted the same way
+    (arguments are then converted at the call, not at the first ``next``).
+
+    Typing: the guarded function is typed ``(...) -> Any`` (awaitable or generator kept), since
+    its array parameters take any framework's arrays and its results come back in the caller's
+    framework; with ``returns=None`` the body's return type is kept. Parameter names and
+    defaults remain visible at run time (``inspect.signature``), not to type checkers.
     """
+    if not isinstance(to, (str, ModuleType)):
+        raise OptionError(usage(to))
     target = adapter_named(to)
     to_label = to if isinstance(to, str) else target.name
     if fallback is not NOT_GIVEN and fallback is not None:
         fallback = check_fallback(fallback)
-    if copy not in (None, True, False):
-        raise OptionError(f"guard(copy={copy!r}); expected True, False or None")
+    if copy is not None and copy is not True and copy is not False:
+        raise OptionError(f"guard(copy={describe(copy)}); expected True, False or None")
     if not convert:
         given = [n for n, v in (("fallback", fallback), ("device", device), ("copy", copy), ("stream", stream))
                  if v is not NOT_GIVEN and v is not None]  # fmt: skip
@@ -76,325 +119,87 @@ def guard(to: Any, /, *, args: Sequence[str | int] | None = None, returns: Any =
                 f"guard({to_label!r}, convert=False) converts nothing, so {', '.join(f'{g}=' for g in given)} "
                 "would have no effect; drop it, or drop convert=False"
             )
-    back = None if returns is None else (NOT_GIVEN if returns is NOT_GIVEN else adapter_named(returns))
+    back: Any
+    if returns is None or returns is NOT_GIVEN:
+        back = returns
+    elif isinstance(returns, (str, ModuleType)):
+        back = adapter_named(returns)
+    else:
+        raise OptionError(
+            f"guard({to_label!r}, returns=...) received {describe(returns)}; expected a framework name "
+            f"({', '.join(sorted(ADAPTERS))}), its module, or None to leave results as the body made them"
+        )
 
     def decorate(fn: Any) -> Any:
         if isinstance(fn, (staticmethod, classmethod)):
             return type(fn)(decorate(fn.__func__))
         if not callable(fn):
-            raise TypeError(f"guard({to_label!r}) decorates a function, got {type(fn).__name__}")
+            raise OptionError(
+                f"@dlbridge.guard({to_label!r}) decorates a function (or a staticmethod/classmethod), "
+                f"received {describe(fn)}"
+            )
         spec = _Spec(fn, target, to_label, args, back, convert, fallback, device, copy, stream)
-        call = spec.call
-
-        @functools.wraps(fn)
-        def wrapper(*a: Any, **kw: Any) -> Any:
-            __tracebackhide__ = True
-            return call(a, kw)
-
-        return wrapper
+        return _wrap(fn, spec)
 
     return decorate
 
 
-class _Spec:
-    """Everything about one guarded function that does not change between calls."""
+def _wrap(fn: Any, spec: _Spec) -> Callable[..., Any]:
+    """The wrapper for ``fn``'s kind: plain, ``async def``, generator or async generator."""
+    call, enter, leave, annotate = spec.call, spec.enter, spec.leave, spec.annotate
+    if _inspect.isasyncgenfunction(fn):
 
-    def __init__(self, fn: Callable[..., Any], target: Adapter, to_label: str, args: Sequence[str | int] | None,
-                 back: Adapter | Any, convert: bool, fallback: Any, device: Any, copy: bool | None,
-                 stream: int | None) -> None:  # fmt: skip
-        self.fn = fn
-        self.target = target
-        self.to_label = to_label
-        self.back = back  # None, NOT_GIVEN (the caller's framework) or an adapter
-        self.convert = convert
-        self.fallback = fallback
-        self.device, self.copy, self.stream = device, copy, stream
-        # Arrays already in the target framework are passed as they are unless they must move or copy.
-        self.keep_native = device is None and copy is not True
-        # Where results go back: only a conversion that may have moved data needs the source device.
-        self.track_device = back is NOT_GIVEN and (device is not None or copy is True or target.device_codes != {1})
-        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-        self.name = name.rpartition("<locals>.")[2]  # "Model.forward", not "make.<locals>.Model.forward"
-        try:
-            params = list(_inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):  # builtins without a signature: positions only
-            params = []
-        self.params = params
-        self.positional = [p.name for p in params if p.kind in _NAMED]
-        self.keywords = frozenset(p.name for p in params if p.kind in _BY_KEYWORD)
-        self.star = next((p.name for p in params if p.kind is _Kind.VAR_POSITIONAL), None)
-        # args=: (position or None, keyword or None) per selected parameter; "*" / "**" for varargs.
-        self.selected: list[tuple[Any, Any]] | None = None
-        if args is not None:
-            self.selected = [self._slot(p) for p in self._select(args)]
-
-    def _slot(self, p: _inspect.Parameter) -> tuple[Any, Any]:
-        if p.kind is _Kind.VAR_POSITIONAL:
-            return ("*", None)
-        if p.kind is _Kind.VAR_KEYWORD:
-            return (None, "**")
-        pos = self.positional.index(p.name) if p.kind in _NAMED else None
-        return (pos, p.name if p.kind in _BY_KEYWORD else None)
-
-    def _select(self, args: Sequence[str | int]) -> list[_inspect.Parameter]:
-        if isinstance(args, (str, int)):
-            args = (args,)
-        by_name = {p.name: p for p in self.params}
-        chosen: list[_inspect.Parameter] = []
-        for key in args:
-            if isinstance(key, bool) or not isinstance(key, (str, int)):
-                raise OptionError(f"guard(args=...): {key!r} is neither a parameter name nor a position")
-            param = by_name.get(key) if isinstance(key, str) else (
-                self.params[key] if -len(self.params) <= key < len(self.params) else None)  # fmt: skip
-            if param is None:
-                names = ", ".join(by_name) or "none"
-                raise OptionError(
-                    f"guard(args=...): {self.name}() has no parameter {key!r}; its parameters are: {names}"
-                )
-            if param not in chosen:
-                chosen.append(param)
-        return sorted(chosen, key=self.params.index)
-
-    # --- the call ------------------------------------------------------------------------------
-
-    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        __tracebackhide__ = True
-        state = _Call(self)
-        if self.selected is None:
-            args, kwargs = state.all_args(args, kwargs)
-        else:
-            args, kwargs = state.selected_args(args, kwargs)
-        if state.views:
+        @functools.wraps(fn)
+        async def agen_wrapper(*a: Any, **kw: Any) -> Any:
+            __tracebackhide__ = True
+            state, args, kwargs = enter(a, kw)
+            inner = fn(*args, **kwargs)
             try:
-                result = self.fn(*args, **kwargs)
-            except BaseException as err:
-                if hasattr(err, "add_note"):
-                    err.add_note(state.view_note())
-                raise
-        else:
-            result = self.fn(*args, **kwargs)
-        back = self.back
-        if back is None:
-            return result
-        if back is NOT_GIVEN:
-            back = state.first_adapter
-            if back is None:  # no array argument, or one from a framework dlbridge cannot make
-                return result
-        return state.result(result, back, ("result",))
+                step, arg = inner.asend, None
+                while True:
+                    try:
+                        out = await step(arg)
+                    except StopAsyncIteration:
+                        return
+                    except BaseException as err:
+                        annotate(state, err)
+                        raise
+                    try:
+                        sent = yield leave(state, out, ("yield",))
+                    except GeneratorExit:
+                        raise
+                    except BaseException as err:
+                        step, arg = inner.athrow, err
+                    else:
+                        step, arg = inner.asend, None if sent is None else state.value(sent, ("sent",), False)
+            finally:
+                await inner.aclose()
 
-    # --- naming arguments for messages -----------------------------------------------------
+        return agen_wrapper
 
-    def label(self, where: tuple[Any, ...]) -> str:
-        """``x``, ``xs[1]``, ``d['k']`` for an argument's path (position or keyword first)."""
-        head, *rest = where
-        if isinstance(head, int):
-            if head < len(self.positional):
-                head = self.positional[head]
-            else:
-                rest = [head - len(self.positional), *rest]
-                head = self.star or "args"
-        return str(head) + "".join(f"[{k!r}]" for k in rest)
+    if _inspect.iscoroutinefunction(fn):
 
+        @functools.wraps(fn)
+        async def async_wrapper(*a: Any, **kw: Any) -> Any:
+            __tracebackhide__ = True
+            state, args, kwargs = enter(a, kw)
+            return await converted_coroutine(fn(*args, **kwargs), spec, state)
 
-class _Call:
-    """The state of one guarded call: fallback, first array argument, views made."""
+        return async_wrapper
 
-    __slots__ = ("fb", "first_adapter", "first_device", "given", "spec", "views")
+    if _inspect.isgeneratorfunction(fn):
 
-    def __init__(self, spec: _Spec) -> None:
-        self.spec = spec
-        self.fb: Fallback | None = None
-        self.first_adapter: Adapter | None = None
-        self.first_device: tuple[int, int] | None = None
-        self.views: dict[DType, tuple[str, str]] = {}  # wire dtype -> (logical dtype, argument label)
-        self.given: dict[int, tuple[Any, Any]] = {}  # id(converted) -> (converted, original)
+        @functools.wraps(fn)
+        def gen_wrapper(*a: Any, **kw: Any) -> Any:
+            __tracebackhide__ = True
+            state, args, kwargs = enter(a, kw)
+            return (yield from converted_generator(fn(*args, **kwargs), spec, state))
 
-    def all_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return gen_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*a: Any, **kw: Any) -> Any:
         __tracebackhide__ = True
-        new_args = None
-        for i, value in enumerate(args):
-            new = self.value(value, (i,), False)
-            if new is not value:
-                if new_args is None:
-                    new_args = list(args)
-                new_args[i] = new
-        new_kwargs = None
-        for key, value in kwargs.items():
-            new = self.value(value, (key,), False)
-            if new is not value:
-                if new_kwargs is None:
-                    new_kwargs = dict(kwargs)
-                new_kwargs[key] = new
-        return (args if new_args is None else tuple(new_args)), (kwargs if new_kwargs is None else new_kwargs)
+        return call(a, kw)
 
-    def selected_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        __tracebackhide__ = True
-        spec = self.spec
-        new_args, new_kwargs = list(args), dict(kwargs)
-        for pos, key in spec.selected or ():
-            if pos == "*":
-                for i in range(len(spec.positional), len(args)):
-                    new_args[i] = self.value(args[i], (i,), True)
-            elif key == "**":
-                for k in kwargs:
-                    if k not in spec.keywords:
-                        new_kwargs[k] = self.value(kwargs[k], (k,), True)
-            elif pos is not None and pos < len(args):
-                new_args[pos] = self.value(args[pos], (pos,), True)
-            elif key is not None and key in kwargs:
-                new_kwargs[key] = self.value(kwargs[key], (key,), True)
-        return tuple(new_args), new_kwargs
-
-    def value(self, value: Any, where: tuple[Any, ...], explicit: bool) -> Any:
-        """``value`` with its arrays converted (containers rebuilt only when something changed)."""
-        __tracebackhide__ = True
-        cls = type(value)
-        if hasattr(cls, "__dlpack__"):
-            return self.array(value, where)
-        if cls in _CONTAINERS or (isinstance(value, tuple) and hasattr(cls, "_fields")):
-            return _map(value, lambda v, k: self.value(v, (*where, k), False))
-        if explicit and value is not None:
-            raise NotAnArrayError(
-                f"{self.spec.name}({self.spec.label(where)}=…): args= selects it for conversion to "
-                f"{self.spec.target.name}, but it is a {cls.__module__}.{cls.__qualname__}, not an array that "
-                "supports DLPack (or a tuple, list or dict of them)"
-            )
-        return value
-
-    def array(self, x: Any, where: tuple[Any, ...]) -> Any:
-        __tracebackhide__ = True
-        spec = self.spec
-        source = adapter_for(x)
-        if self.first_adapter is None and self.first_device is None:
-            self.first_adapter = source
-            dev = _device(x) if spec.track_device else (0, 0)
-            if dev[0] in DEVICE_ALIASES and (source is None or dev[0] not in source.device_codes):
-                dev = alias_device(dev)  # a pinned torch tensor's results come back as CPU tensors
-            self.first_device = dev
-        if source is spec.target and spec.keep_native:
-            self.given[id(x)] = (x, x)  # handed back, it is the caller's own object, not a view
-            return x
-        if not spec.convert:
-            self.check(x, where)
-            return x
-        fb = self.fb
-        if fb is None:
-            fb = self.fb = resolve_fallback(spec.fallback)
-        try:
-            new = _convert(x, spec.target, fb, None, spec.device, spec.copy, spec.stream)
-        except DLBridgeError as err:
-            raise in_context(err, spec, where, x) from err.__cause__
-        if fb == "view":
-            self.note_view(x, new, where)
-        self.given[id(new)] = (new, x)
-        return new
-
-    def note_view(self, x: Any, new: Any, where: tuple[Any, ...]) -> None:
-        wire = lookup(getattr(new, "dtype", None))
-        if wire is None or wire.code != 1:
-            return
-        logical = lookup(getattr(x, "dtype", None))
-        if logical is not None and logical != wire and logical.width == wire.width:
-            self.views.setdefault(wire, (dtype_name(*logical), self.spec.label(where)))
-
-    def plain_argument(self, wire: DType) -> bool:
-        """Whether the caller also passed a genuine ``wire`` array (a real uint16 beside a bf16 view):
-        then a ``wire`` result may be either, and it is left as the body made it, not relabelled."""
-        return any(lookup(getattr(original, "dtype", None)) == wire for _, original in self.given.values())
-
-    def view_note(self) -> str:
-        seen = ", ".join(
-            f"{arg} as a {dtype_name(*wire)} view of {logical}" for wire, (logical, arg) in self.views.items()
-        )
-        return f'dlbridge.guard({self.spec.to_label!r}, fallback="view"): {self.spec.name}() received {seen}'
-
-    def check(self, x: Any, where: tuple[Any, ...]) -> None:
-        """``convert=False``: raise now what the target would fail on, convert nothing."""
-        __tracebackhide__ = True
-        spec = self.spec
-        dev = _device(x)
-        if dev[0] not in spec.target.device_codes and alias_device(dev)[0] not in spec.target.device_codes:
-            where_ok = sorted({device_name(c) for c in spec.target.device_codes})
-            raise DeviceMismatchError(
-                f"{call_head(spec, where)}: received {describe(x)}; {spec.target.name} arrays live on "
-                f"{' or '.join(where_ok)}, and convert=False moves nothing. Pass the argument on "
-                f'{where_ok[0]}, or drop convert=False and pass device="{where_ok[0]}" to the guard'
-            )
-        try:
-            plan_for(inspect(x), spec.target.capabilities(), "raise", None, spec.target.name)
-        except DLBridgeError as err:
-            hint = " convert=False converts nothing: drop it to let the guard convert with that fallback."
-            raise in_context(err, spec, where, x, hint if "fallback=" in str(err) else "") from None
-
-    # --- results -----------------------------------------------------------------------------
-
-    def result(self, value: Any, back: Adapter, where: tuple[Any, ...]) -> Any:
-        __tracebackhide__ = True
-        cls = type(value)
-        if hasattr(cls, "__dlpack__"):
-            return self.result_array(value, back, where)
-        if cls in _CONTAINERS or (isinstance(value, tuple) and hasattr(cls, "_fields")):
-            return _map(value, lambda v, k: self.result(v, back, (*where, k)))
-        return value
-
-    def result_array(self, r: Any, back: Adapter, where: tuple[Any, ...]) -> Any:
-        __tracebackhide__ = True
-        spec = self.spec
-        given = self.given.get(id(r))
-        handed_back = False
-        if given is not None and given[0] is r and _same_memory(r, given[1]):
-            # The body returned an argument it was handed, zero-copy: give back what the caller
-            # passed (its own object, true dtype and all), or convert that instead of the view.
-            if adapter_for(given[1]) is back:
-                return given[1]
-            r, handed_back = given[1], True
-        dtype = None
-        if self.views and not handed_back:  # the caller's own object already has its true dtype
-            wire = lookup(getattr(r, "dtype", None))
-            if wire is not None and wire in self.views and not self.plain_argument(wire):
-                dtype = self.views[wire][0]
-        device = self.first_device if spec.track_device and spec.back is NOT_GIVEN else None
-        if dtype is None and adapter_for(r) is back and (device is None or _device(r) == device):
-            return r  # already where it belongs
-        fb = self.fb if self.fb is not None else resolve_fallback(spec.fallback)
-        try:
-            try:
-                return _convert(r, back, fb, dtype, device, None, None)
-            except ReadOnlyError:
-                # A read-only result (a NumPy view of a JAX array, say) that the caller's framework
-                # cannot share: results need only their values, so let the producer copy it.
-                return _convert(r, back, fb, dtype, device, True, None)
-        except DLBridgeError as err:
-            raise in_context(err, spec, where, r, returned=True) from err.__cause__
-
-
-def _map(value: Any, convert: Callable[[Any, Any], Any]) -> Any:
-    """``value`` (a tuple, namedtuple, list or dict) with ``convert`` applied to its items; same object if unchanged."""
-    if isinstance(value, dict):
-        items = {k: convert(v, k) for k, v in value.items()}
-        changed = any(items[k] is not v for k, v in value.items())
-        return items if changed else value
-    out = [convert(v, i) for i, v in enumerate(value)]
-    if all(a is b for a, b in zip(out, value)):
-        return value
-    if isinstance(value, list):
-        return out
-    return type(value)(*out) if hasattr(type(value), "_fields") else tuple(out)
-
-
-def _same_memory(a: Any, b: Any) -> bool:
-    """Whether two arrays of known frameworks start at the same address (no copy between them)."""
-    da, db = adapter_for(a), adapter_for(b)
-    if da is None or db is None:
-        return False
-    try:
-        return da.data_ptr(a) == db.data_ptr(b)
-    except Exception:
-        return False
-
-
-def _device(x: Any) -> tuple[int, int]:
-    try:
-        return device_of(x)
-    except DLBridgeError:
-        return (0, 0)  # unknown: never equal to a real device, so results are converted
+    return wrapper

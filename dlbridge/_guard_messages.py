@@ -10,9 +10,9 @@ from ._convert import inspect
 from ._errors import DLBridgeError
 
 if TYPE_CHECKING:
-    from ._guard import _Spec
+    from ._guard_call import _Spec
 
-__all__ = ["in_context", "call_head", "describe"]
+__all__ = ["in_context", "call_head", "describe", "usage"]
 
 _CALL_PREFIX = re.compile(r"^(to_\w+\(\)|\w+): ")
 
@@ -40,3 +40,16 @@ def in_context(err: DLBridgeError, spec: _Spec, where: tuple[Any, ...], x: Any, 
 
 def call_head(spec: _Spec, where: tuple[Any, ...]) -> str:
     return f"{spec.name}({spec.label(where)}=…) under @dlbridge.guard({spec.to_label!r})"
+
+
+def usage(to: object) -> str:
+    """Why ``guard(to)`` is not a target framework, and how the decorator is written."""
+    from ._adapters import ADAPTERS
+
+    names = ", ".join(sorted(ADAPTERS))
+    how = f'name the framework the body is written for: @dlbridge.guard("torch") (one of {names}, or the module)'
+    if callable(to) and not isinstance(to, type):
+        name = getattr(to, "__qualname__", None) or getattr(to, "__name__", None) or repr(to)
+        return f"@dlbridge.guard was applied to {name}() without a target framework; {how}"
+    shown = repr(to) if isinstance(to, (int, float, bytes, type(None))) else describe(to)
+    return f"dlbridge.guard({shown}): the first argument is not a framework; {how}"

@@ -1,6 +1,6 @@
 """The fallback policy: one documented place for how "not given" is resolved.
 
-Order: the call's ``fallback=`` keyword, else the innermost ``fallback_policy(...)`` block
+Order: the call's ``fallback=`` keyword, else the innermost open ``fallback_policy(...)`` block
 (per thread / per async task), else ``set_default_fallback(...)``, else the environment
 variable ``DLBRIDGE_FALLBACK``, else ``"raise"``.
 
@@ -10,11 +10,10 @@ on every call cost more than the rest of the policy); ``set_default_fallback(Non
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import enum
 import os
-from collections.abc import Iterator
+from types import TracebackType
 from typing import Final, Literal
 
 from ._errors import OptionError
@@ -38,20 +37,42 @@ NOT_GIVEN: Final = _NotGiven.NOT_GIVEN
 
 _process_default: Fallback | None = None
 _env_default: Fallback | None = None  # $DLBRIDGE_FALLBACK, read on first use
-_scoped: contextvars.ContextVar[Fallback | None] = contextvars.ContextVar("dlbridge_fallback", default=None)
+
+
+class _Scope:
+    """One ``fallback_policy`` block as seen by the contexts that entered it (or copied it)."""
+
+    __slots__ = ("mode", "open", "parent")
+
+    def __init__(self, mode: Fallback, parent: _Scope | None) -> None:
+        self.mode, self.parent, self.open = mode, parent, True
+
+
+_scoped: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("dlbridge_fallback", default=None)
 
 
 def check_fallback(value: object, where: str = "fallback") -> Fallback:
-    if value not in FALLBACKS:
-        raise OptionError(f"{where}={value!r} is not a fallback; expected one of {', '.join(map(repr, FALLBACKS))}")
-    return value
+    # ``in`` on a non-string would call its ``__eq__`` (an array's answers elementwise, then fails).
+    if type(value) is not str or value not in FALLBACKS:
+        valid = ", ".join(map(repr, FALLBACKS))
+        if isinstance(value, (str, int, float, type(None))):
+            raise OptionError(f"{where}={value!r} is not a fallback; expected one of {valid}")
+        raise OptionError(f"{where}= received a {_type_name(value)}, not a fallback name; expected one of {valid}")
+    return value  # type: ignore[return-value]
+
+
+def _type_name(value: object) -> str:
+    cls = type(value)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def get_default_fallback() -> Fallback:
     """The fallback used when a call does not pass ``fallback=``."""
-    scoped = _scoped.get()
-    if scoped is not None:
-        return scoped
+    scope = _scoped.get()
+    while scope is not None:
+        if scope.open:
+            return scope.mode
+        scope = scope.parent  # a block closed from another context (see fallback_policy)
     if _process_default is not None:
         return _process_default
     return _env_default or _read_env()
@@ -77,14 +98,47 @@ def set_default_fallback(mode: Fallback | None) -> Fallback | None:
     return previous
 
 
-@contextlib.contextmanager
-def fallback_policy(mode: Fallback) -> Iterator[None]:
-    """``with dlbridge.fallback_policy("view"): ...`` — a default for this thread/task only."""
-    token = _scoped.set(check_fallback(mode))
-    try:
-        yield
-    finally:
-        _scoped.reset(token)
+class fallback_policy:
+    """``with dlbridge.fallback_policy("view"): ...`` — a default for this thread / async task only.
+
+    The block sets the default for the code it runs, and for threads and tasks started inside it
+    with a copy of the context (``asyncio`` tasks, ``contextvars.copy_context().run``), which keep
+    it after the block ends. Other threads and tasks never see it.
+
+    Generators and coroutines run in their *caller's* context, as with ``decimal.localcontext``:
+    a block that stays open across a ``yield`` (or ``await`` of a bare coroutine) is in force in
+    the code that drives the generator until the block closes. Close the block before yielding,
+    or pass ``fallback=`` to the calls. A block closed from another thread or context than the
+    one that entered it (a generator finished elsewhere) is closed everywhere it was seen: each
+    of those contexts goes back to the policy in force around the block.
+    """
+
+    __slots__ = ("_entered", "_mode")
+
+    def __init__(self, mode: Fallback) -> None:
+        self._mode: Fallback = check_fallback(mode)
+        self._entered: list[tuple[_Scope, contextvars.Token[_Scope | None]]] = []
+
+    def __enter__(self) -> None:
+        parent = _scoped.get()
+        while parent is not None and not parent.open:  # never chain onto closed blocks
+            parent = parent.parent
+        scope = _Scope(self._mode, parent)
+        self._entered.append((scope, _scoped.set(scope)))
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
+        scope, token = self._entered.pop()
+        try:
+            _scoped.reset(token)
+        except ValueError:
+            # The token belongs to another context (the block was entered in a generator that is
+            # being closed from another thread or task): that context cannot be reached from
+            # here, so the block is marked closed and every context holding it skips it.
+            scope.open = False
+
+    def __repr__(self) -> str:
+        return f"dlbridge.fallback_policy({self._mode!r})"
 
 
 def resolve_fallback(value: object) -> Fallback:

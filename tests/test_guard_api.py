@@ -126,7 +126,9 @@ def test_guard_frames_are_hidden_from_pytest_tracebacks() -> None:
     while tb is not None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
-    guard_frames = [f for f in frames if f.f_code.co_filename == dlbridge._guard.__file__]
+    guard_frames = [
+        f for f in frames if f.f_code.co_filename in (dlbridge._guard.__file__, dlbridge._guard_call.__file__)
+    ]
     assert guard_frames, "the guard's frames should be on the traceback"
     assert all(f.f_locals.get("__tracebackhide__") is True for f in guard_frames)
 
@@ -244,3 +246,89 @@ def test_benchmark_runs(capsys) -> None:
         assert all(values(a) == values(b) for a, b in zip(g, h))
     assert bench.main(["--number", "2", "--rounds", "1"]) == 0
     assert "worst ratio" in capsys.readouterr().out
+
+
+# --- how the decorator is used: clear errors at decoration time -------------------------------------
+
+
+def test_bare_guard_without_a_target_says_how_to_write_it() -> None:
+    def body(x):
+        return x
+
+    with pytest.raises(
+        dlbridge.OptionError,
+        match=r'^@dlbridge.guard was applied to .*body\(\) without a target framework; .*@dlbridge.guard\("torch"\) '
+        r"\(one of cupy, jax, numpy, torch, or the module\)",
+    ):
+        dlbridge.guard(body)
+
+
+def test_guard_with_a_number_as_target_says_how_to_write_it() -> None:
+    with pytest.raises(
+        dlbridge.OptionError, match=r'^dlbridge.guard\(5\): the first argument is not a framework.*guard\("torch"\)'
+    ):
+        dlbridge.guard(5)
+
+
+def test_guard_decorating_a_non_callable_is_an_option_error() -> None:
+    with pytest.raises(dlbridge.OptionError, match=r"decorates a function .*received builtins.int"):
+        dlbridge.guard("torch")(5)
+
+
+def test_guard_fallback_given_an_array_is_an_option_error_naming_the_valid_values() -> None:
+    with pytest.raises(
+        dlbridge.OptionError,
+        match=r"^fallback= received a numpy.ndarray, not a fallback name; expected one of 'raise', 'view', 'upcast'$",
+    ):
+        dlbridge.guard("torch", fallback=np.zeros(3))
+
+
+def test_guard_returns_given_an_array_is_an_option_error() -> None:
+    with pytest.raises(
+        dlbridge.OptionError, match=r"returns=\.\.\.\) received numpy cpu float64\[2\]; expected a framework"
+    ):
+        dlbridge.guard("torch", returns=np.zeros(2))
+
+
+def test_guard_copy_given_an_array_is_an_option_error() -> None:
+    with pytest.raises(
+        dlbridge.OptionError, match=r"guard\(copy=numpy cpu float64\[2\]\); expected True, False or None"
+    ):
+        dlbridge.guard("torch", copy=np.zeros(2))
+
+
+# --- args= -----------------------------------------------------------------------------------------
+
+
+def test_args_selecting_a_list_of_numbers_raises_not_an_array() -> None:
+    @dlbridge.guard("torch", args=("xs",))
+    def body(xs):
+        raise AssertionError("the body ran")
+
+    with pytest.raises(
+        dlbridge.NotAnArrayError,
+        match=r"^body\(xs=…\): args= selects it for conversion to torch, but it is a list holding no array",
+    ):
+        body([1, 2.5])
+
+
+def test_args_selecting_a_mixed_or_empty_container_converts_its_arrays_and_leaves_the_rest() -> None:
+    @dlbridge.guard("torch", args=("xs",))
+    def body(xs):
+        return [type(v).__name__ for v in xs]
+
+    assert body([np.ones(2), None, 7]) == ["Tensor", "NoneType", "int"]
+    assert body([[np.ones(2)], 3]) == ["list", "int"]
+    assert body([]) == []
+
+
+def test_args_results_go_to_the_first_selected_parameters_framework_in_signature_order() -> None:
+    jnp = pytest.importorskip("jax.numpy")
+
+    @dlbridge.guard("numpy", args=("x", "y"))
+    def body(x, y):
+        return x + y
+
+    # y is given first in the call, x comes first in the signature: results follow x.
+    out = body(y=jnp.ones(2), x=torch.ones(2))
+    assert isinstance(out, torch.Tensor) and out.tolist() == [2.0, 2.0]

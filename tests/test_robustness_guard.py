@@ -21,11 +21,11 @@ memory with the converted inputs, ``copy=False`` arguments are never copies; the
 keep their dtype to later conversions; and no view dtype records (``dlbridge._logical``) outlive a
 call. Like test_robustness_options.py, the properties run in a child pytest.
 
-Left open (the README does not say; accepted either way, see ``backs`` and ``Expect``): with
-``args=``, "the first array argument" is taken in parameter order and among the selected ones
-only (without ``args=`` it is call order, which test_guard.py pins); a selected list of numbers
-passes unchanged; a body's *new* uint8 array comes back relabelled when another argument was a
-uint8 view; result conversions use ``copy=None`` whatever ``copy=`` says.
+With ``args=``, "the first array argument" is the first selected one in parameter order (without
+``args=`` it is call order, which test_guard.py pins); a selected list of numbers raises
+``NotAnArrayError``. Left open (the README does not say; accepted either way, see ``Expect``): a
+body's *new* uint8 array comes back relabelled when another argument was a uint8 view; result
+conversions use ``copy=None`` whatever ``copy=`` says.
 """
 
 from __future__ import annotations
@@ -137,10 +137,8 @@ def run_guard(call: GuardCall) -> str:
         if i not in sources:
             if call.select is None:
                 continue  # non-arrays are left alone unless args= names them
-            if isinstance(values[i], (int, str)):
-                must[label(i)] = dlbridge.NotAnArrayError
-            elif isinstance(values[i], list):
-                may[label(i)] = dlbridge.NotAnArrayError
+            if isinstance(values[i], (int, str)) or (isinstance(values[i], list) and values[i]):
+                must[label(i)] = dlbridge.NotAnArrayError  # a list of numbers holds nothing to convert
         elif not call.convert:
             if i not in native and not holds(target, sources[i].logical):
                 must[label(i, call.items[i].wrap)] = dlbridge.UnsupportedDtypeError
@@ -325,10 +323,9 @@ def backs_for(call: GuardCall, sources: dict[int, Source]) -> list[str | None]:
     first = [framework_of(sources[i].obj) for i in call.order if i in sources and i in call.selected][:1]
     if call.select is None:
         return [*first] or [None]
-    # Open with args=: the first selected array in parameter order, or the first array argument at all.
+    # With args=: the first selected array in parameter order (README).
     by_param = [framework_of(sources[i].obj) for i in sorted(call.selected) if i in sources][:1]
-    anyone = [framework_of(sources[i].obj) for i in call.order if i in sources][:1]
-    return list(dict.fromkeys([*first, *by_param, *anyone])) + ([] if first else [None])
+    return [*by_param] or [None]
 
 
 def run_and_check_leaks(call: GuardCall) -> str:
