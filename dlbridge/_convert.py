@@ -21,13 +21,13 @@ from ._capsule import (
     DLPackInfo,
     alias_device,
     c_strides,
-    clear_readonly,
     device_name,
     read,
-    relabel,
     relabel_device,
+    restore,
+    rewrite,
 )
-from ._devices import check_device, device_of, parse_device, stream_for
+from ._devices import check_device, device_of, host_device, parse_device, stream_for
 from ._dtypes import BY_NAME, decode_table, unsigned_of_width
 from ._errors import (
     CapsuleError,
@@ -96,11 +96,15 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
     # Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA memory to a CUDA one:
     # shared as such, the capsule's device relabelled (DEVICE_ALIASES).
     home = alias_device(src_dev) if src_dev[0] in DEVICE_ALIASES and src_dev[0] not in target.device_codes else src_dev
+    if home[1] and home[0] == 1:
+        home = (1, 0)  # every CPU id names the host's memory
     dst_dev = home if device is None else parse_device(device, home)
     if device is None and copy and home[0] not in target.device_codes:
         dst_dev = (1, 0) if 1 in target.device_codes else (2, 0)  # copy=True: the target's home device
     if dst_dev != home or home[0] not in target.device_codes:
-        return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy)
+        if dst_dev[0] != 1 or home[0] != 1 or 1 not in target.device_codes:
+            return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy)
+        home = host_device(target, dst_dev, device)  # JAX's CPU device N: the same memory, labelled N
     caps = target.capabilities()
     if src_dev[0] in GPU_CODES:
         wire_stream = _gpu_stream(stream, source, target, src_dev)
@@ -147,10 +151,15 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
     info = read(capsule)
     alias = alias_device(info.device)  # pinned / managed memory: see _convert
     usable = alias != info.device and info.device_code not in target.device_codes and alias[0] in target.device_codes
-    device_to = None
+    device_to = None  # the caller's capsule is relabelled only right before the import (and restored)
     if usable and parse_device(device, alias) == alias:
-        device_to = alias  # the caller's capsule is relabelled only right before the import
-        info = replace(info, device_type=device_name(alias[0]), device_code=alias[0], device_id=alias[1])
+        device_to = alias
+    elif info.device_code == 1 and (info.device_id or device is not None) and 1 in target.device_codes:
+        wanted = parse_device(device, (1, 0))  # every CPU id names the host's memory: see _convert
+        if wanted[0] == 1 and wanted != info.device:
+            device_to = host_device(target, wanted, device)
+    if device_to is not None:
+        info = replace(info, device_type=device_name(device_to[0]), device_code=device_to[0], device_id=device_to[1])
     if parse_device(device, info.device) != info.device or info.device_code not in target.device_codes:
         raise DeviceMismatchError(
             f"to_{target.name}(): a raw capsule on {info.device_type} cannot be moved; pass the array "
@@ -180,24 +189,28 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
             f"{info.describe()} came as 'dltensor_versioned' (a raw capsule, or a producer that ignored "
             "max_version=None); pass the array itself, from a producer that can export a legacy capsule"
         )
-    if info.readonly and not caps.readonly_arrays:
-        if copy is not True:
-            raise ReadOnlyError(
-                f"to_{target.name}(): {info.describe()} is read-only and {caps.consumer} arrays cannot be; "
-                "sharing it would let writes through. Pass copy=True for a writable copy."
-            )
-        clear_readonly(capsule)  # we copy right after the import; nobody writes the original
-    if plan.wire != info.dtype:
-        relabel(capsule, BY_NAME[plan.wire])
-    if device_to is not None:
-        relabel_device(capsule, device_to)
+    writable = info.readonly and not caps.readonly_arrays
+    if writable and copy is not True:
+        raise ReadOnlyError(
+            f"to_{target.name}(): {info.describe()} is read-only and {caps.consumer} arrays cannot be; "
+            "sharing it would let writes through. Pass copy=True for a writable copy."
+        )
     if plan.wire not in caps.imports:  # the invariant that keeps crash-prone consumers alive
         raise UnsupportedDtypeError(
             f"to_{target.name}(): internal plan {plan} would hand {caps.consumer} a dtype it rejects"
         )
+    # Edits last, after every check that can refuse, and undone if the consumer refuses too: a
+    # capsule nobody consumed (a caller's raw capsule) is left exactly as it came. READ_ONLY is
+    # dropped only for an import copied right after it, so nobody writes the original.
+    wire = BY_NAME[plan.wire] if plan.wire != info.dtype else None
+    saved = rewrite(capsule, wire, device_to, writable) if wire is not None or device_to or writable else None
     try:
         result = target.import_capsule(capsule, info.device, caps)
-    except Exception as err:
+    except BaseException as err:
+        if saved is not None:
+            restore(capsule, saved)
+        if not isinstance(err, Exception):  # KeyboardInterrupt ...
+            raise
         raise CapsuleError(
             f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "
             f"as {plan.wire}: {type(err).__name__}: {err}"
@@ -325,7 +338,8 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
                 f"to_{target.name}(): {source.name} could not copy {probe.describe()} to {there}: "
                 f"{type(err).__name__}: {err}"
             ) from err
-        return _convert(moved, target, fallback, dtype, None, None, None)
+        # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
+        return _convert(moved, target, fallback, dtype, dst_dev if dst_dev[0] == 1 else None, None, None)
     if src_dev[0] == 1:
         # CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
         # array), labels them with the dtype it imports (plan.wire), and the plan is applied there.
@@ -349,7 +363,7 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
         caps = target.capabilities()
         try:
             capsule = x.__dlpack__(
-                dl_device=dst_dev, copy=True, max_version=MAX_VERSION if caps.versioned_capsules else None
+                dl_device=(1, 0), copy=True, max_version=MAX_VERSION if caps.versioned_capsules else None
             )
         except Exception as err:
             raise DeviceMismatchError(
@@ -358,5 +372,5 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
             ) from err
         if type(capsule) is not CapsuleType:
             raise CapsuleError(f"{type(x).__name__}.__dlpack__(dl_device=...) returned {type(capsule).__name__}")
-        return _from_capsule(capsule, target, fallback, dtype, None, None, None)
+        return _from_capsule(capsule, target, fallback, dtype, dst_dev, None, None)
     raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")
