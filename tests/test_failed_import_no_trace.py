@@ -133,9 +133,9 @@ def test_ctypes_read_only_capsule_survives_failures_then_imports() -> None:
     p = CtypesArray.from_bytes(bytes(range(8)), "uint8", (8,)).with_(flags=FLAG_READ_ONLY)
     capsule = p.capsule(versioned=True)
     before = dlbridge.inspect(capsule)
-    for call in (lambda: dlbridge.to_torch(capsule), lambda: dlbridge.to_jax(capsule)):
+    for convert in (dlbridge.to_torch, dlbridge.to_jax):
         with pytest.raises(dlbridge.DLBridgeError):
-            call()
+            convert(capsule)
         assert dlbridge.inspect(capsule) == before
     n = dlbridge.to_numpy(capsule)
     assert not n.flags.writeable and data_ptr(n) == p.data_ptr and n.tolist() == list(range(8))
@@ -146,7 +146,7 @@ def test_ctypes_read_only_capsule_survives_failures_then_imports() -> None:
 
 def test_successful_conversion_of_a_capsule_consumes_it() -> None:
     """The other half: a capsule that was imported is used up, and says so."""
-    a, capsule = _read_only_numpy_capsule()
+    _, capsule = _read_only_numpy_capsule()
     t = dlbridge.to_torch(capsule, copy=True)
     assert t.tolist() == list(range(8))
     with pytest.raises(dlbridge.CapsuleError, match="already consumed"):
