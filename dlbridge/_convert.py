@@ -7,6 +7,7 @@ DLPack producer is covered. A capsule the target would reject is never handed to
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
@@ -121,7 +122,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
     if _needs_layout_copy(info, caps):
         if copy is False:
-            raise LayoutError(_layout_message(info, caps, target))
+            raise LayoutError(_layout_message(info, caps, target, ", which copy=False forbids. Pass copy=None."))
         del capsule  # unconsumed: the producer's destructor frees it
         if dtype is None and info.code == 1:  # a fallback="view" view: its dense copy is the same data
             dtype = _logical.recall(info)
@@ -167,7 +168,10 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
         )
     caps = target.capabilities()
     if _needs_layout_copy(info, caps):
-        raise LayoutError(_layout_message(info, caps, target) + " A raw capsule cannot be re-exported densely.")
+        raise LayoutError(
+            _layout_message(info, caps, target, ", which dlbridge cannot make from a raw capsule")
+            + ". Pass the array itself (not its capsule), so dlbridge can ask its producer for a dense copy."
+        )
     return _import(capsule, info, target, caps, fallback, dtype, copy, device_to)
 
 
@@ -222,9 +226,9 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
             f"{info.data_ptr:#x} is not aligned the way it needs); copy=False forbids that. Pass copy=None."
         )
     if plan.mode == "native":
-        return target.copy(result) if copy is True else result
+        return _copied(result, target, info) if copy is True else result
     if copy is True and plan.mode != "upcast":  # copy first: a view remembers the copy's memory
-        return _finish(target.copy(result), plan, target, None)
+        return _finish(_copied(result, target, info), plan, target, None)
     return _finish(result, plan, target, info)
 
 
@@ -258,19 +262,68 @@ def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
     return caps.compact_only and not info.is_compact()
 
 
-def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter) -> str:
+def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter, why: str) -> str:
+    """What the target cannot share, and ``why`` the dense copy it needs is not made."""
+    layout = f"strides {list(info.strides)}" if info.strides is not None else f"byte_offset {info.byte_offset}"
     return (
-        f"to_{target.name}(): {caps.consumer} {caps.version} cannot share {info.describe()} with strides "
-        f"{list(info.strides or ())}; it needs a dense copy, which copy=False forbids. Pass copy=None."
+        f"to_{target.name}(): {caps.consumer} {caps.version} cannot share {info.describe()} with {layout}; "
+        f"it needs a dense copy{why}"
     )
 
 
+def _check_copy_size(info: DLPackInfo, target: Adapter, what: str) -> None:
+    """Refuse, before allocating, a CPU copy larger than this machine's memory (a broadcast of a
+    few bytes can describe terabytes, and the allocation would fail or swap the machine to a halt)."""
+    if info.device_code != 1 or info.nbytes < 1 << 30:
+        return
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not POSIX: only a MemoryError will tell
+        return
+    if info.nbytes > memory:
+        raise LayoutError(
+            f"to_{target.name}(): {what} of {info.describe()} (strides {list(info.strides or ())}) would take "
+            f"{_size(info.nbytes)}, more than this machine's {_size(memory)} of memory. Pass a smaller array "
+            "(a broadcast counts at its full size)."
+        )
+
+
+def _copied(result: Any, target: Adapter, info: DLPackInfo) -> Any:
+    """``target.copy(result)`` for copy=True, with a too-large copy reported as a dlbridge error."""
+    _check_copy_size(info, target, "the copy copy=True asks for")
+    try:
+        return target.copy(result)
+    except (MemoryError, RuntimeError) as err:  # torch reports a failed CPU allocation as RuntimeError
+        if isinstance(err, RuntimeError) and "alloc" not in str(err):
+            raise
+        raise LayoutError(
+            f"to_{target.name}(): the copy copy=True asks for of {info.describe()} ({_size(info.nbytes)}) "
+            f"did not fit in memory ({type(err).__name__}: {err}). Pass a smaller array."
+        ) from err
+
+
+def _size(nbytes: int) -> str:
+    if nbytes < 1024:
+        return f"{nbytes} bytes"
+    amount, units = nbytes / 1024, ["KiB", "MiB", "GiB", "TiB"]
+    while amount >= 1024 and len(units) > 1:
+        amount, units = amount / 1024, units[1:]
+    return f"{amount:.1f} {units[0]}"
+
+
 def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter) -> Any:
-    if source is not None:
-        return source.contiguous(x)
-    if info.device_code == 1:
-        numpy = ADAPTERS["numpy"]
-        return numpy.contiguous(_convert(x, numpy, "view", None, None, None, None))
+    _check_copy_size(info, target, f"the dense copy {target.name} needs")
+    try:
+        if source is not None:
+            return source.contiguous(x)
+        if info.device_code == 1:
+            numpy = ADAPTERS["numpy"]
+            return numpy.contiguous(_convert(x, numpy, "view", None, None, None, None))
+    except MemoryError as err:
+        raise LayoutError(
+            f"to_{target.name}(): the dense copy {target.name} needs of {info.describe()} "
+            f"({_size(info.nbytes)}) did not fit in memory (MemoryError: {err}). Pass a smaller array."
+        ) from err
     raise LayoutError(
         f"to_{target.name}(): {info.describe()} from an unknown producer has strides {list(info.strides or ())} "
         f"that {target.name} cannot share, and dlbridge knows no way to make it dense on {info.device_type}"
