@@ -7,7 +7,6 @@ DLPack producer is covered. A capsule the target would reject is never handed to
 
 from __future__ import annotations
 
-import os
 from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
@@ -42,6 +41,7 @@ from ._errors import (
 )
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
 from ._plan import Plan, native_plan, plan_for
+from ._sizes import check_copy_size, copied, size_text
 
 __all__ = ["convert", "inspect", "MAX_VERSION"]
 
@@ -226,9 +226,9 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
             f"{info.data_ptr:#x} is not aligned the way it needs); copy=False forbids that. Pass copy=None."
         )
     if plan.mode == "native":
-        return _copied(result, target, info) if copy is True else result
+        return copied(result, target, info) if copy is True else result
     if copy is True and plan.mode != "upcast":  # copy first: a view remembers the copy's memory
-        return _finish(_copied(result, target, info), plan, target, None)
+        return _finish(copied(result, target, info), plan, target, None)
     return _finish(result, plan, target, info)
 
 
@@ -271,48 +271,8 @@ def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter, why: 
     )
 
 
-def _check_copy_size(info: DLPackInfo, target: Adapter, what: str) -> None:
-    """Refuse, before allocating, a CPU copy larger than this machine's memory (a broadcast of a
-    few bytes can describe terabytes, and the allocation would fail or swap the machine to a halt)."""
-    if info.device_code != 1 or info.nbytes < 1 << 30:
-        return
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # not POSIX: only a MemoryError will tell
-        return
-    if info.nbytes > memory:
-        raise LayoutError(
-            f"to_{target.name}(): {what} of {info.describe()} (strides {list(info.strides or ())}) would take "
-            f"{_size(info.nbytes)}, more than this machine's {_size(memory)} of memory. Pass a smaller array "
-            "(a broadcast counts at its full size)."
-        )
-
-
-def _copied(result: Any, target: Adapter, info: DLPackInfo) -> Any:
-    """``target.copy(result)`` for copy=True, with a too-large copy reported as a dlbridge error."""
-    _check_copy_size(info, target, "the copy copy=True asks for")
-    try:
-        return target.copy(result)
-    except (MemoryError, RuntimeError) as err:  # torch reports a failed CPU allocation as RuntimeError
-        if isinstance(err, RuntimeError) and "alloc" not in str(err):
-            raise
-        raise LayoutError(
-            f"to_{target.name}(): the copy copy=True asks for of {info.describe()} ({_size(info.nbytes)}) "
-            f"did not fit in memory ({type(err).__name__}: {err}). Pass a smaller array."
-        ) from err
-
-
-def _size(nbytes: int) -> str:
-    if nbytes < 1024:
-        return f"{nbytes} bytes"
-    amount, units = nbytes / 1024, ["KiB", "MiB", "GiB", "TiB"]
-    while amount >= 1024 and len(units) > 1:
-        amount, units = amount / 1024, units[1:]
-    return f"{amount:.1f} {units[0]}"
-
-
 def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter) -> Any:
-    _check_copy_size(info, target, f"the dense copy {target.name} needs")
+    check_copy_size(info, target.name, f"the dense copy {target.name} needs")
     try:
         if source is not None:
             return source.contiguous(x)
@@ -322,7 +282,7 @@ def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adap
     except MemoryError as err:
         raise LayoutError(
             f"to_{target.name}(): the dense copy {target.name} needs of {info.describe()} "
-            f"({_size(info.nbytes)}) did not fit in memory (MemoryError: {err}). Pass a smaller array."
+            f"({size_text(info.nbytes)}) did not fit in memory (MemoryError: {err}). Pass a smaller array."
         ) from err
     raise LayoutError(
         f"to_{target.name}(): {info.describe()} from an unknown producer has strides {list(info.strides or ())} "
