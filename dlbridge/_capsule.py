@@ -24,7 +24,8 @@ __all__ = [
     "read",
     "relabel",
     "relabel_device",
-    "clear_readonly",
+    "rewrite",
+    "restore",
     "Carrier",
     "GPU_CODES",
     "DEVICE_ALIASES",
@@ -391,12 +392,47 @@ def relabel_device(capsule: object, device: tuple[int, int]) -> None:
     head.device_type, head.device_id = device
 
 
-def clear_readonly(capsule: object) -> None:
-    """Drop READ_ONLY so a consumer that refuses it can import for an immediate copy."""
+# What rewrite() changed: (name, DLTensor address, device type, device id, code, bits, lanes, flags).
+Saved = tuple[bytes, int, int, int, int, int, int, int]
+
+
+def rewrite(capsule: object, dtype: DType | None, device: tuple[int, int] | None, writable: bool) -> Saved:
+    """Relabel an unconsumed capsule for a consumer (dtype, device, READ_ONLY dropped) in one go.
+
+    Returns what ``restore`` needs to put the header back if the consumer then refuses it.
+    """
     address = _tensor_address(capsule)
-    if _get_name(capsule) == VERSIONED:
-        flags = ctypes.c_uint64.from_address(address - _OFF_VERSIONED_TENSOR + _OFF_VERSIONED_FLAGS)
+    name = _get_name(capsule)
+    head = _Head.from_address(address)
+    versioned = name == VERSIONED
+    flags = ctypes.c_uint64.from_address(address - _OFF_VERSIONED_TENSOR + _OFF_VERSIONED_FLAGS) if versioned else None
+    old_flags = flags.value if flags is not None else 0
+    saved = (name, address, head.device_type, head.device_id, head.code, head.bits, head.lanes, old_flags)
+    if dtype is not None:
+        head.code, head.bits, head.lanes = dtype.code, dtype.bits, dtype.lanes
+    if device is not None:
+        head.device_type, head.device_id = device
+    if writable and flags is not None:
         flags.value &= ~FLAG_READ_ONLY
+    return saved
+
+
+def restore(capsule: object, saved: Saved) -> bool:
+    """Undo ``rewrite`` on a capsule nobody consumed (same name, same struct); True if it did.
+
+    A consumer that took the capsule renamed it (``used_...``) and owns the struct now: that one
+    is left alone, since its memory may already be freed.
+    """
+    name, address, device_type, device_id, code, bits, lanes, flags = saved
+    versioned = name == VERSIONED
+    managed = address - _OFF_VERSIONED_TENSOR if versioned else address
+    if _get_name(capsule) != name or _get_pointer(capsule, name) != managed:
+        return False
+    head = _Head.from_address(address)
+    head.device_type, head.device_id, head.code, head.bits, head.lanes = device_type, device_id, code, bits, lanes
+    if versioned:
+        ctypes.c_uint64.from_address(managed + _OFF_VERSIONED_FLAGS).value = flags
+    return True
 
 
 class Carrier:

@@ -31,13 +31,13 @@ from ._capsule import (
     DLPackInfo,
     alias_device,
     c_strides,
-    clear_readonly,
     device_name,
     read,
-    relabel,
     relabel_device,
+    restore,
+    rewrite,
 )
-from ._devices import check_device, device_of, parse_device, stream_for
+from ._devices import check_device, device_of, host_device, parse_device, stream_for
 from ._dtypes import BY_NAME, decode_table, unsigned_of_width
 from ._errors import (
     CapsuleError,
@@ -51,6 +51,7 @@ from ._errors import (
 )
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
 from ._plan import Plan, native_plan, plan_for
+from ._sizes import check_copy_size, copied, size_text
 
 __all__ = ["convert", "inspect", "MAX_VERSION"]
 
@@ -106,11 +107,15 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
     # Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA memory to a CUDA one:
     # shared as such, the capsule's device relabelled (DEVICE_ALIASES).
     home = alias_device(src_dev) if src_dev[0] in DEVICE_ALIASES and src_dev[0] not in target.device_codes else src_dev
+    if home[1] and home[0] == 1:
+        home = (1, 0)  # every CPU id names the host's memory
     dst_dev = home if device is None else parse_device(device, home)
     if device is None and copy and home[0] not in target.device_codes:
         dst_dev = target.home_device  # copy=True: the target's home device
     if dst_dev != home or home[0] not in target.device_codes:
-        return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy)
+        if dst_dev[0] != 1 or home[0] != 1 or 1 not in target.device_codes:
+            return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy)
+        home = host_device(target, dst_dev, device)  # JAX's CPU device N: the same memory, labelled N
     caps = target.capabilities()
     try:  # (free unless raised) AsIs: the target gets x itself, e.g. torch -> torch keeping autograd
         if src_dev[0] in GPU_CODES:
@@ -133,7 +138,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
     if _needs_layout_copy(info, caps):
         if copy is False:
-            raise LayoutError(_layout_message(info, caps, target))
+            raise LayoutError(_layout_message(info, caps, target, ", which copy=False forbids. Pass copy=None."))
         del capsule  # unconsumed: the producer's destructor frees it
         if dtype is None and info.code == 1:  # a fallback="view" view: its dense copy is the same data
             dtype = _logical.recall(info)
@@ -163,10 +168,15 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
     info = read(capsule)
     alias = alias_device(info.device)  # pinned / managed memory: see _convert
     usable = alias != info.device and info.device_code not in target.device_codes and alias[0] in target.device_codes
-    device_to = None
+    device_to = None  # the caller's capsule is relabelled only right before the import (and restored)
     if usable and parse_device(device, alias) == alias:
-        device_to = alias  # the caller's capsule is relabelled only right before the import
-        info = replace(info, device_type=device_name(alias[0]), device_code=alias[0], device_id=alias[1])
+        device_to = alias
+    elif info.device_code == 1 and (info.device_id or device is not None) and 1 in target.device_codes:
+        wanted = parse_device(device, (1, 0))  # every CPU id names the host's memory: see _convert
+        if wanted[0] == 1 and wanted != info.device:
+            device_to = host_device(target, wanted, device)
+    if device_to is not None:
+        info = replace(info, device_type=device_name(device_to[0]), device_code=device_to[0], device_id=device_to[1])
     if parse_device(device, info.device) != info.device or info.device_code not in target.device_codes:
         raise DeviceMismatchError(
             f"to_{target.name}(): a raw capsule on {info.device_type} cannot be moved; pass the array "
@@ -174,7 +184,10 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
         )
     caps = target.capabilities()
     if _needs_layout_copy(info, caps):
-        raise LayoutError(_layout_message(info, caps, target) + " A raw capsule cannot be re-exported densely.")
+        raise LayoutError(
+            _layout_message(info, caps, target, ", which dlbridge cannot make from a raw capsule")
+            + ". Pass the array itself (not its capsule), so dlbridge can ask its producer for a dense copy."
+        )
     return _import(capsule, info, target, caps, fallback, dtype, copy, device_to)
 
 
@@ -196,24 +209,28 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
             f"{info.describe()} came as 'dltensor_versioned' (a raw capsule, or a producer that ignored "
             "max_version=None); pass the array itself, from a producer that can export a legacy capsule"
         )
-    if info.readonly and not caps.readonly_arrays:
-        if copy is not True:
-            raise ReadOnlyError(
-                f"to_{target.name}(): {info.describe()} is read-only and {caps.consumer} arrays cannot be; "
-                "sharing it would let writes through. Pass copy=True for a writable copy."
-            )
-        clear_readonly(capsule)  # we copy right after the import; nobody writes the original
-    if plan.wire != info.dtype:
-        relabel(capsule, BY_NAME[plan.wire])
-    if device_to is not None:
-        relabel_device(capsule, device_to)
+    writable = info.readonly and not caps.readonly_arrays
+    if writable and copy is not True:
+        raise ReadOnlyError(
+            f"to_{target.name}(): {info.describe()} is read-only and {caps.consumer} arrays cannot be; "
+            "sharing it would let writes through. Pass copy=True for a writable copy."
+        )
     if plan.wire not in caps.imports:  # the invariant that keeps crash-prone consumers alive
         raise UnsupportedDtypeError(
             f"to_{target.name}(): internal plan {plan} would hand {caps.consumer} a dtype it rejects"
         )
+    # Edits last, after every check that can refuse, and undone if the consumer refuses too: a
+    # capsule nobody consumed (a caller's raw capsule) is left exactly as it came. READ_ONLY is
+    # dropped only for an import copied right after it, so nobody writes the original.
+    wire = BY_NAME[plan.wire] if plan.wire != info.dtype else None
+    saved = rewrite(capsule, wire, device_to, writable) if wire is not None or device_to or writable else None
     try:
         result = target.import_capsule(capsule, info.device, caps)
-    except Exception as err:
+    except BaseException as err:
+        if saved is not None:
+            restore(capsule, saved)
+        if not isinstance(err, Exception):  # KeyboardInterrupt ...
+            raise
         raise CapsuleError(
             f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "
             f"as {plan.wire}: {type(err).__name__}: {err}"
@@ -225,9 +242,9 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
             f"{info.data_ptr:#x} is not aligned the way it needs); copy=False forbids that. Pass copy=None."
         )
     if plan.mode == "native":
-        return target.copy(result) if copy is True else result
+        return copied(result, target, info) if copy is True else result
     if copy is True and plan.mode != "upcast":  # copy first: a view remembers the copy's memory
-        return _finish(target.copy(result), plan, target, None)
+        return _finish(copied(result, target, info), plan, target, None)
     return _finish(result, plan, target, info)
 
 
@@ -261,18 +278,27 @@ def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
     return caps.compact_only and not info.is_compact()
 
 
-def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter) -> str:
+def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter, why: str) -> str:
+    """What the target cannot share, and ``why`` the dense copy it needs is not made."""
+    layout = f"strides {list(info.strides)}" if info.strides is not None else f"byte_offset {info.byte_offset}"
     return (
-        f"to_{target.name}(): {caps.consumer} {caps.version} cannot share {info.describe()} with strides "
-        f"{list(info.strides or ())}; it needs a dense copy, which copy=False forbids. Pass copy=None."
+        f"to_{target.name}(): {caps.consumer} {caps.version} cannot share {info.describe()} with {layout}; "
+        f"it needs a dense copy{why}"
     )
 
 
 def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter) -> Any:
-    if source is not None:
-        return source.contiguous(x)
-    if info.device_code == 1:
-        return HOST.contiguous(_convert(x, HOST, "view", None, None, None, None))
+    check_copy_size(info, target.name, f"the dense copy {target.name} needs")
+    try:
+        if source is not None:
+            return source.contiguous(x)
+        if info.device_code == 1:
+            return HOST.contiguous(_convert(x, HOST, "view", None, None, None, None))
+    except MemoryError as err:
+        raise LayoutError(
+            f"to_{target.name}(): the dense copy {target.name} needs of {info.describe()} "
+            f"({size_text(info.nbytes)}) did not fit in memory (MemoryError: {err}). Pass a smaller array."
+        ) from err
     raise LayoutError(
         f"to_{target.name}(): {info.describe()} from an unknown producer has strides {list(info.strides or ())} "
         f"that {target.name} cannot share, and dlbridge knows no way to make it dense on {info.device_type}"
@@ -362,7 +388,8 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
                 f"to_{target.name}(): {source.name} could not copy {probe.describe()} to {there}: "
                 f"{type(err).__name__}: {err}"
             ) from err
-        return _convert(moved, target, fallback, dtype, None, None, None)
+        # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
+        return _convert(moved, target, fallback, dtype, dst_dev if dst_dev[0] == 1 else None, None, None)
     if src_dev[0] == 1:
         # CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
         # array), labels them with the dtype it imports (plan.wire), and the plan is applied there.
@@ -386,7 +413,7 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
         caps = target.capabilities()
         try:
             capsule = x.__dlpack__(
-                dl_device=dst_dev, copy=True, max_version=MAX_VERSION if caps.versioned_capsules else None
+                dl_device=(1, 0), copy=True, max_version=MAX_VERSION if caps.versioned_capsules else None
             )
         except Exception as err:
             raise DeviceMismatchError(
@@ -395,5 +422,5 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
             ) from err
         if type(capsule) is not CapsuleType:
             raise CapsuleError(f"{type(x).__name__}.__dlpack__(dl_device=...) returned {type(capsule).__name__}")
-        return _from_capsule(capsule, target, fallback, dtype, None, None, None)
+        return _from_capsule(capsule, target, fallback, dtype, dst_dev, None, None)
     raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")

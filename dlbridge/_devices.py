@@ -9,7 +9,7 @@ from ._adapters import ADAPTERS, Adapter, producer_error
 from ._capsule import DEVICE_CODES, GPU_CODES, DLPackInfo, alias_device, device_name
 from ._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
 
-__all__ = ["device_of", "check_device", "parse_device", "stream_for"]
+__all__ = ["device_of", "check_device", "parse_device", "host_device", "stream_for"]
 
 
 def device_of(x: Any, source: Adapter | None = None) -> tuple[int, int]:
@@ -27,8 +27,11 @@ def device_of(x: Any, source: Adapter | None = None) -> tuple[int, int]:
 
 def check_device(info: DLPackInfo, claimed: tuple[int, int]) -> DLPackInfo:
     # torch says (3, 0) for a pinned tensor but writes kDLCPU into its capsule (pytorch#136250):
-    # the alias of the claimed device describes the same memory.
-    if info.device != claimed and info.device != alias_device(claimed):
+    # the alias of the claimed device describes the same memory. Any CPU id is the host: JAX writes
+    # its CPU device's number into the capsule but says (1, 0) in __dlpack_device__ (probe
+    # 2026-11-23, jax 0.10.2 with --xla_force_host_platform_device_count=4).
+    alias = alias_device(claimed)
+    if info.device != claimed and info.device != alias and not info.device_code == 1 == alias[0]:
         raise CapsuleError(
             f"{info.producer}.__dlpack__ returned a capsule on {info.device_type}:{info.device_id} but "
             f"__dlpack_device__ said {device_name(claimed[0])}:{claimed[1]}"
@@ -37,23 +40,49 @@ def check_device(info: DLPackInfo, claimed: tuple[int, int]) -> DLPackInfo:
 
 
 def parse_device(device: Any, default: tuple[int, int]) -> tuple[int, int]:
-    """Accepts "cpu", "cuda", "cuda:1", (type, id), and the device objects of the frameworks dlbridge knows."""
+    """Accepts "cpu", "cuda", "cuda:1", (type, id), ("cuda", 1), and the device objects of the frameworks dlbridge knows."""
     if device is None:
         return default
     if isinstance(device, tuple) and len(device) == 2:
-        return (int(device[0]), int(device[1]))
-    if isinstance(device, str):
+        kind, index = device
+        if isinstance(kind, str) and kind in DEVICE_CODES:
+            kind = DEVICE_CODES[kind]
+        if _is_index(kind) and _is_index(index):
+            return (int(kind), int(index))
+    elif isinstance(device, str):
         kind, _, index = device.partition(":")
         kind = {"gpu": "cuda"}.get(kind, kind)
         if kind in DEVICE_CODES and (not index or index.isdigit()):
             same_kind = default[0] == DEVICE_CODES[kind]
             return (DEVICE_CODES[kind], int(index) if index else (default[1] if same_kind else 0))
-    if not isinstance(device, str):
+    else:
         for adapter in ADAPTERS.values():
             spec = adapter.parse_device(device)
             if spec is not None:
                 return parse_device(spec, default)
-    raise OptionError(f'device={device!r} is not a device; pass "cpu", "cuda", "cuda:N" or a framework device')
+    raise OptionError(
+        f'device={device!r} is not a device; pass "cpu", "cuda", "cuda:N", a (device_type, id) pair of '
+        f'integers as __dlpack_device__ returns it (e.g. (1, 0)), ("cuda", N), or a framework device'
+    )
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def host_device(target: Adapter, device: tuple[int, int], asked: Any) -> tuple[int, int]:
+    """``device`` (a CPU id) checked against the target's CPU devices: every CPU id names the host's
+    memory, JAX numbers its CPU devices (XLA's --xla_force_host_platform_device_count), the others
+    have one."""
+    if device[1]:
+        count = target.cpu_devices()
+        if device[1] >= count:
+            raise DeviceMismatchError(
+                f"to_{target.name}(): device={asked!r} names CPU device {device[1]}, but {target.name} has "
+                f"{count} CPU device{'s' if count > 1 else ''} (cpu:0{f'..cpu:{count - 1}' if count > 1 else ''});"
+                ' pass device="cpu"'
+            )
+    return device
 
 
 def stream_for(stream: int | None, target: Adapter, device: tuple[int, int]) -> int | None:

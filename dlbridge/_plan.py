@@ -37,7 +37,9 @@ def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: An
     uint = unsigned_of_width(width) if info.lanes == 1 or logical in BY_NAME else None
     if logical in caps.holds and uint in caps.imports:
         return Plan("reinterpret", logical, uint)
-    if fallback == "view" and uint is not None and uint in caps.imports:
+    # No bool views: bytes written through a uint8 view that are not 0/1 would come back as bools
+    # consumers mis-handle (see _logical_dtype).
+    if fallback == "view" and uint is not None and uint in caps.imports and logical != "bool":
         return Plan("view", logical, uint)
     if fallback == "upcast" and uint in caps.imports and _upcastable(logical):
         return Plan("upcast", logical, uint)
@@ -59,6 +61,15 @@ def _logical_dtype(info: DLPackInfo, dtype: Any) -> str:
         if wanted is None:
             valid = ", ".join(BY_NAME)
             raise OptionError(f"dtype={dtype!r} is not a dtype dlbridge knows; expected one of: {valid}")
+        if wanted == BY_NAME["bool"] and info.dtype != "bool":
+            # Bytes other than 0/1 labelled bool give wrong results (JAX: x ^ True, x & True; probe
+            # 2026-11-23, jax 0.10.2). Checking them would read all the data, and could not hold:
+            # the memory stays shared, so the source can write a 2 right after the check.
+            raise OptionError(
+                f'dtype="bool" cannot reinterpret {info.describe()}: only bytes 0 and 1 are valid bools, '
+                "and consumers compute wrong results on others. Convert without dtype= and compare "
+                "instead (x != 0), which makes a real bool array."
+            )
         if wanted.width != info.bits * info.lanes:
             raise OptionError(
                 f"dtype={dtype!r} ({wanted.width} bits) cannot reinterpret {info.describe()} "
@@ -88,12 +99,15 @@ def _unsupported_message(info: DLPackInfo, caps: Capabilities, logical: str, fal
     if hint:
         lines.append(hint)
     options = []
-    if uint is not None and uint in caps.imports and fallback != "view":
+    if uint is not None and uint in caps.imports and fallback != "view" and logical != "bool":
         options.append(f'fallback="view" for a zero-copy {uint} view of the same memory')
     if uint is not None and uint in caps.imports and _upcastable(logical) and fallback != "upcast":
         options.append('fallback="upcast" for a float32 copy with equal values')
     if options:
         lines.append("Pass " + ", or ".join(options) + ".")
     elif fallback != "raise":
-        lines.append(f'fallback="{fallback}" cannot help: there is no same-width unsigned dtype it imports.')
+        why = "there is no same-width unsigned dtype it imports"
+        if logical == "bool" and uint is not None and uint in caps.imports:
+            why = f"a {uint} view of bool memory could come back as bool holding bytes other than 0/1"
+        lines.append(f'fallback="{fallback}" cannot help: {why}.')
     return " ".join(lines)

@@ -178,6 +178,10 @@ class Adapter:
         """Whether this framework sees a CUDA device in this process (imports it)."""
         return False
 
+    def cpu_devices(self) -> int:
+        """How many CPU devices this framework numbers (all of them the host's memory)."""
+        return 1
+
     def current_stream(self, device: tuple[int, int]) -> int | None:
         """The stream this framework would use on ``device``, as DLPack's ``stream=`` integer."""
         return None

@@ -79,15 +79,16 @@ class JaxAdapter(Adapter):
         cache = self.__dict__.setdefault("_devices", {})
         found = cache.get(device)
         if found is None:
-            if device[0] == 1:
-                found = self.mod.local_devices(backend="cpu")[0]
-            else:
-                gpus = self.mod.local_devices(backend="gpu")
-                found = next((d for d in gpus if d.local_hardware_id == device[1]), None)
-                if found is None:
-                    raise RuntimeError(f"JAX has no local GPU with hardware id {device[1]}")
+            kind = "cpu" if device[0] == 1 else "gpu"
+            found = next((d for d in self.mod.local_devices(backend=kind) if d.local_hardware_id == device[1]), None)
+            if found is None:
+                raise RuntimeError(f"JAX has no local {kind.upper()} with hardware id {device[1]}")
             cache[device] = found
         return found
+
+    def cpu_devices(self) -> int:
+        # XLA_FLAGS=--xla_force_host_platform_device_count=N gives N CPU devices over the same memory.
+        return len(self.mod.local_devices(backend="cpu"))
 
     def current_stream(self, device: tuple[int, int]) -> int | None:
         if device[0] not in GPU_CODES:

@@ -1,0 +1,171 @@
+"""Devices at the edges: CPU device ids, JAX's numbered CPU devices, and malformed ``device=``.
+
+DLPack's kDLCPU device_id is 0 for host memory, but JAX writes the number of its CPU device
+(with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``) while ``__dlpack_device__`` says
+(1, 0). Every CPU id is the host's memory to dlbridge; ``device="cpu:N"`` places a JAX result on
+JAX's CPU device N (zero-copy: the same memory, labelled N), and names a device the target lacks
+with a ``DeviceMismatchError``. JAX reads XLA_FLAGS when its backend starts, so the multi-device
+cases run in a child process.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import pytest
+
+import dlbridge
+from tests._robust_helpers import TO, data_ptr, np, torch
+from tests.conftest import need, run_child
+from tests.ctypes_producer import CtypesArray
+
+jax = need("jax")
+
+_FOUR_CPUS = """
+import json, os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+import jax, jax.numpy as jnp, numpy as np, torch, dlbridge
+
+cpus = jax.devices("cpu")
+assert len(cpus) == 4, cpus
+out = {}
+x = jax.device_put(jnp.arange(4.0, dtype=jnp.float32), cpus[3])
+ptr = x.unsafe_buffer_pointer()
+out["capsule_device"] = list(dlbridge.inspect(x.__dlpack__()).device)
+out["claimed_device"] = [int(v) for v in x.__dlpack_device__()]
+
+def describe(r):
+    if isinstance(r, torch.Tensor):
+        return {"ptr": r.data_ptr() == ptr, "values": r.tolist(), "dtype": str(r.dtype).removeprefix("torch.")}
+    if isinstance(r, np.ndarray):
+        return {"ptr": r.__array_interface__["data"][0] == ptr, "values": r.tolist(), "dtype": str(r.dtype)}
+    return {"ptr": r.unsafe_buffer_pointer() == ptr, "values": r.tolist(), "dtype": str(r.dtype),
+            "device": [d.id for d in r.devices()]}
+
+for name in ("torch", "numpy", "jax"):
+    fn = getattr(dlbridge, "to_" + name)
+    out[name] = describe(fn(x))
+    out[name + "_capsule"] = describe(fn(x.__dlpack__()))
+out["jax_cpu1"] = describe(dlbridge.to_jax(x, device="cpu:1"))
+out["jax_capsule_cpu2"] = describe(dlbridge.to_jax(x.__dlpack__(), device=cpus[2]))
+
+t = torch.arange(4, dtype=torch.float32)
+tptr = t.data_ptr()
+def placed(**kw):
+    r = dlbridge.to_jax(t, **kw)
+    return {"device": [d.id for d in r.devices()], "ptr": r.unsafe_buffer_pointer() == tptr, "values": r.tolist()}
+out["cpu2_copy"] = placed(device="cpu:2", copy=True)
+out["cpu2_shared"] = placed(device="cpu:2", copy=False)
+out["cpu1_object"] = placed(device=cpus[1])
+out["cpu0_tuple"] = placed(device=(1, 0))
+for key, call in {
+    "jax_cpu9": lambda: dlbridge.to_jax(t, device="cpu:9"),
+    "torch_cpu2": lambda: dlbridge.to_torch(x, device="cpu:2"),
+    "numpy_cpu3": lambda: dlbridge.to_numpy(t, device=cpus[3]),
+}.items():
+    try:
+        call()
+        out[key] = "no error"
+    except dlbridge.DLBridgeError as err:
+        out[key] = type(err).__name__ + ": " + str(err)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def four_cpus() -> dict:
+    proc = run_child(_FOUR_CPUS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_jax_array_on_cpu_device_3_says_so_only_in_its_capsule(four_cpus) -> None:
+    """The premise: JAX writes cpu:3 into the capsule and (1, 0) into __dlpack_device__."""
+    assert four_cpus["capsule_device"] == [1, 3]
+    assert four_cpus["claimed_device"] == [1, 0]
+
+
+@pytest.mark.parametrize("consumer", ["torch", "numpy", "jax"])
+@pytest.mark.parametrize("how", ["", "_capsule"], ids=["array", "raw capsule"])
+def test_jax_array_on_cpu_device_3_converts_zero_copy(four_cpus, consumer: str, how: str) -> None:
+    r = four_cpus[consumer + how]
+    assert r["ptr"] and r["values"] == [0.0, 1.0, 2.0, 3.0] and r["dtype"] == "float32", r
+    if consumer == "jax":
+        assert r["device"] == [0]  # as jax.dlpack.from_dlpack does: the host is JAX's cpu:0
+
+
+def test_device_cpu_n_places_a_jax_array_on_that_cpu_device_zero_copy(four_cpus) -> None:
+    assert four_cpus["jax_cpu1"] == {"ptr": True, "values": [0.0, 1.0, 2.0, 3.0], "dtype": "float32", "device": [1]}
+    assert four_cpus["jax_capsule_cpu2"]["device"] == [2] and four_cpus["jax_capsule_cpu2"]["ptr"]
+    assert four_cpus["cpu2_shared"] == {"device": [2], "ptr": True, "values": [0.0, 1.0, 2.0, 3.0]}
+    assert four_cpus["cpu1_object"] == {"device": [1], "ptr": True, "values": [0.0, 1.0, 2.0, 3.0]}
+    assert four_cpus["cpu0_tuple"] == {"device": [0], "ptr": True, "values": [0.0, 1.0, 2.0, 3.0]}
+
+
+def test_device_cpu_n_with_copy_lands_on_that_device(four_cpus) -> None:
+    """Before: to_jax(t, device="cpu:2", copy=True) silently landed on cpu:0."""
+    assert four_cpus["cpu2_copy"] == {"device": [2], "ptr": False, "values": [0.0, 1.0, 2.0, 3.0]}
+
+
+def test_device_cpu_n_the_target_lacks_is_a_clear_error(four_cpus) -> None:
+    assert four_cpus["jax_cpu9"].startswith("DeviceMismatchError: to_jax(): device='cpu:9' names CPU device 9")
+    assert "jax has 4 CPU devices (cpu:0..cpu:3)" in four_cpus["jax_cpu9"]
+    assert four_cpus["torch_cpu2"].startswith("DeviceMismatchError: to_torch(): device='cpu:2'")
+    assert 'torch has 1 CPU device (cpu:0); pass device="cpu"' in four_cpus["torch_cpu2"]
+    assert four_cpus["numpy_cpu3"].startswith("DeviceMismatchError: to_numpy(): device=CpuDevice(id=3)")
+
+
+# --- in this process (JAX has one CPU device) -------------------------------------------------
+
+
+@pytest.mark.parametrize("consumer,versioned", [("torch", False), ("torch", True), ("numpy", False),
+                                                ("numpy", True), ("jax", False)])  # fmt: skip
+def test_capsule_on_cpu_id_3_is_the_host(consumer: str, versioned: bool) -> None:
+    """A producer writing cpu:3 (as JAX does) is imported as host memory, zero-copy; JAX, which
+    has no CPU device 3 here and would refuse it, is handed the capsule relabelled cpu:0."""
+    raw = np.arange(4, dtype=np.float32).tobytes()
+    p = CtypesArray.from_bytes(raw, "float32", (4,)).with_(device=(1, 3))
+    for source in (p, p.capsule(versioned=versioned)):
+        r = TO[consumer](source)
+        assert data_ptr(r) == p.data_ptr and np.asarray(r).tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert np.asarray(r).dtype == np.float32
+        del r
+    gc.collect()
+    assert p.balanced
+
+
+def test_producer_claiming_another_cpu_id_than_its_capsule_is_accepted() -> None:
+    p = CtypesArray.from_bytes(bytes(range(4)), "uint8", (4,)).with_(device=(1, 3), claimed_device=(1, 0))
+    assert dlbridge.inspect(p).device == (1, 3)  # inspect reports what the capsule says
+    t = dlbridge.to_torch(p)
+    assert t.data_ptr() == p.data_ptr and t.tolist() == [0, 1, 2, 3]
+
+
+def test_refused_cpu_id_capsule_keeps_its_device() -> None:
+    p = CtypesArray.from_bytes(bytes(range(4)), "uint8", (4,)).with_(device=(1, 3))
+    capsule = p.capsule(versioned=False)
+    before = dlbridge.inspect(capsule)
+    with pytest.raises(dlbridge.DeviceMismatchError, match="jax has 1 CPU device"):
+        dlbridge.to_jax(capsule, device="cpu:2")
+    assert dlbridge.inspect(capsule) == before
+    j = dlbridge.to_jax(capsule)
+    assert data_ptr(j) == p.data_ptr and j.tolist() == [0, 1, 2, 3]
+
+
+# --- device= spellings ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", [("cpu", 0), (1, 0), "cpu", "cpu:0"])
+def test_cpu_device_spellings_are_accepted(device) -> None:
+    a = np.arange(3, dtype=np.int32)
+    t = dlbridge.to_torch(a, device=device)
+    assert t.data_ptr() == data_ptr(a) and t.dtype == torch.int32 and t.tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("device", [(None, 0), ("cpu", None), (1.5, 0), ("bogus", 0), (True, 0), (1, -1), (1, 0, 0)])
+def test_malformed_device_is_an_option_error_naming_it(device) -> None:
+    with pytest.raises(dlbridge.OptionError) as err:
+        dlbridge.to_torch(np.zeros(2), device=device)
+    assert f"device={device!r} is not a device" in str(err.value)
+    assert "(device_type, id) pair" in str(err.value) and '"cpu"' in str(err.value)
