@@ -30,12 +30,12 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING, Any
 
+from ._api import capabilities as capabilities
 from ._api import convert as convert
 from ._api import to_cupy as to_cupy
 from ._api import to_jax as to_jax
 from ._api import to_numpy as to_numpy
 from ._api import to_torch as to_torch
-from ._capabilities import capabilities as capabilities
 from ._capsule import DLPackInfo as DLPackInfo
 from ._convert import inspect as inspect
 from ._errors import CapsuleError as CapsuleError

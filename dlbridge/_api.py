@@ -6,6 +6,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ._adapters import ADAPTERS, adapter_named
+from ._capabilities import Capabilities
+from ._capabilities import capabilities as _table
 from ._convert import _convert
 from ._options import NOT_GIVEN, resolve_fallback
 
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
 
     from ._types import DeviceLike, DTypeLike, FallbackOption, SupportsDLPack
 
-__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "convert"]
+__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "convert", "capabilities"]
 
 # ``x`` is typed ``SupportsDLPack | Any``: any DLPack array, but also a raw capsule or a producer older
 # than DLPack 1.0 (``__dlpack__(stream=)`` only); anything else raises NotAnArrayError at run time.
@@ -97,3 +99,15 @@ def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: Fallb
     fallback policy. ``copy=False`` forbids any copy, ``copy=True`` always copies.
     """
     return _convert(x, adapter_named(to), resolve_fallback(fallback), dtype, device, copy, stream)
+
+
+def capabilities(consumer: str, version: str | None = None) -> Capabilities:
+    """What ``consumer`` accepts at ``version``, read off the capability table.
+
+    ``version`` defaults to the installed one, read from the package metadata (the framework is
+    not imported); MissingFrameworkError if it is not installed.
+    """
+    if version is None:
+        adapter = adapter_named(consumer)
+        return _table(adapter.name, adapter.installed_version())
+    return _table(consumer, version)

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+import dlbridge
 from dlbridge._capabilities import FEATURES, TABLE, capabilities, parse_version
 from dlbridge._dtypes import BY_NAME
 from tests.conftest import need, run_child
@@ -130,3 +131,29 @@ def test_table_imports_match_native_from_dlpack_here() -> None:
 def test_every_consumer_has_rows(consumer: str) -> None:
     caps = capabilities(consumer, "99.0")
     assert "float32" in caps.imports
+
+
+def test_capabilities_default_to_the_installed_version_without_importing_it() -> None:
+    proc = run_child(
+        """
+        import json, sys
+        from importlib import metadata
+        import dlbridge
+        caps = dlbridge.capabilities("torch")
+        print(json.dumps([caps.version, metadata.version("torch"), "torch" in sys.modules]))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    version, installed, imported = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert version == installed and not imported
+    assert capabilities("torch", version) == dlbridge.capabilities("torch")
+
+
+def test_capabilities_of_a_framework_that_is_not_installed_says_so() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("cupy is installed")
+    with pytest.raises(dlbridge.MissingFrameworkError, match=r'cupy is not installed.*capabilities\("cupy", "1.0"\)'):
+        dlbridge.capabilities("cupy")
+    assert capabilities("cupy", "13.6.0").consumer == "cupy"  # an explicit version needs no install

@@ -30,6 +30,7 @@ def test_hierarchy(cls: type, builtin: type) -> None:
 
 
 def test_cpu_to_cupy_says_what_to_pass() -> None:
+    need("cupy")  # without CuPy the first thing to say is "install cupy" (below)
     with pytest.raises(
         dlbridge.DeviceMismatchError,
         match=r'to_cupy\(\): the source is on cpu:0 and cupy cannot use memory there .*pass device="cuda" or copy=True',
@@ -38,6 +39,7 @@ def test_cpu_to_cupy_says_what_to_pass() -> None:
 
 
 def test_copy_false_forbids_device_moves() -> None:
+    need("cupy")
     with pytest.raises(dlbridge.DeviceMismatchError, match="copy=False forbids"):
         dlbridge.to_cupy(torch.zeros(2), copy=False)
 
@@ -94,6 +96,12 @@ def test_missing_target_framework() -> None:
     except ImportError:
         with pytest.raises(dlbridge.MissingFrameworkError, match="pip install cupy"):
             dlbridge.to_cupy(torch.zeros(1), device="cuda")
+        # Also where a device message would come next: the missing framework is said first.
+        for options in ({}, {"copy": False}, {"copy": True}):
+            with pytest.raises(dlbridge.MissingFrameworkError, match=r"cupy .*not installed"):
+                dlbridge.convert(torch.zeros(1), "cupy", **options)
+        with pytest.raises(dlbridge.MissingFrameworkError, match=r"cupy .*not installed"):
+            dlbridge.to_cupy(torch.zeros(1).__dlpack__())  # a raw capsule
     else:
         pytest.skip("cupy is installed")
 
