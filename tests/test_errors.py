@@ -153,3 +153,20 @@ def test_cuda_upload_without_cuda_is_a_device_error() -> None:
             with pytest.raises(dlbridge.DeviceMismatchError, match="cuda:0") as err:
                 fn(src, device="cuda")
             assert err.value.__cause__ is not None, (fn.__name__, name)
+
+
+def test_a_fallback_that_cannot_help_says_why_in_its_own_terms() -> None:
+    jax = need("jax")
+    if jax.config.jax_enable_x64:
+        pytest.skip("JAX runs with x64 here: it imports float64")
+    with pytest.raises(
+        dlbridge.UnsupportedDtypeError,
+        match=r'fallback="upcast" cannot help: it widens bfloat16 and float8 formats to float32, and float64 is not',
+    ) as upcast:
+        dlbridge.to_jax(np.zeros(2), fallback="upcast")
+    assert "unsigned" not in str(upcast.value)  # that is the view fallback's reason
+    with pytest.raises(
+        dlbridge.UnsupportedDtypeError,
+        match=r'fallback="view" cannot help: it would hand over float64 as uint64, which jax does not import',
+    ):
+        dlbridge.to_jax(np.zeros(2), fallback="view")
