@@ -67,3 +67,12 @@ def readme_block(marker: str) -> str:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     section = readme.split(f"<!-- {marker} -->\n", 1)[1].split(f"<!-- /{marker} -->", 1)[0]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.fixture
+def cupy_counted_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where CuPy is absent, a conversion into it says "install cupy" first; tests of the device
+    messages behind that check use this to reach them (nothing of CuPy is imported or imitated)."""
+    from dlbridge._adapters import ADAPTERS
+
+    monkeypatch.setattr(ADAPTERS["cupy"], "check_installed", lambda: None)

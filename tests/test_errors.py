@@ -29,8 +29,7 @@ def test_hierarchy(cls: type, builtin: type) -> None:
     assert cls.__module__ == "dlbridge"
 
 
-def test_cpu_to_cupy_says_what_to_pass() -> None:
-    need("cupy")  # without CuPy the first thing to say is "install cupy" (below)
+def test_cpu_to_cupy_says_what_to_pass(cupy_counted_installed: None) -> None:
     with pytest.raises(
         dlbridge.DeviceMismatchError,
         match=r'to_cupy\(\): the source is on cpu:0 and cupy cannot use memory there .*pass device="cuda" or copy=True',
@@ -38,8 +37,7 @@ def test_cpu_to_cupy_says_what_to_pass() -> None:
         dlbridge.to_cupy(torch.zeros(2))
 
 
-def test_copy_false_forbids_device_moves() -> None:
-    need("cupy")
+def test_copy_false_forbids_device_moves(cupy_counted_installed: None) -> None:
     with pytest.raises(dlbridge.DeviceMismatchError, match="copy=False forbids"):
         dlbridge.to_cupy(torch.zeros(2), copy=False)
 

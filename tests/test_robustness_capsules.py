@@ -422,7 +422,7 @@ def test_class_without_a_module_name_is_not_an_array() -> None:
             fn(nameless())
 
 
-def test_messages_name_the_device_the_caller_has() -> None:
+def test_messages_name_the_device_the_caller_has(cupy_counted_installed: None) -> None:
     p = CtypesArray.zeros(16, code=2, bits=32, shape=(4,)).with_(device=(3, 0))
     with pytest.raises(dlbridge.DeviceMismatchError, match="source is on cuda_host:0"):
         dlbridge.to_cupy(p)
