@@ -5,7 +5,7 @@ Frameworks are imported only under ``TYPE_CHECKING``: nothing here loads one at 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from ._options import Fallback, _NotGiven
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["SupportsDLPack", "FallbackOption", "DTypeLike", "DeviceLike"]
 
 
+@runtime_checkable
 class SupportsDLPack(Protocol):
     """An array that exports itself through DLPack (the Python array API's ``__dlpack__``).
 
@@ -25,7 +26,8 @@ class SupportsDLPack(Protocol):
     copy to another device (DLPack 1.0). torch tensors and NumPy arrays match it; JAX's stubs
     declare ``jax.Array.__dlpack__`` without its keywords, so to a type checker a ``jax.Array``
     does not. dlbridge's conversions take ``SupportsDLPack | Any``: also ``jax.Array``, raw
-    capsules and producers older than DLPack 1.0 (``__dlpack__(stream=)`` only).
+    capsules and producers older than DLPack 1.0 (``__dlpack__(stream=)`` only). At run time
+    ``isinstance(x, SupportsDLPack)`` checks that both methods exist (not their signatures).
     """
 
     # The keywords are typed Any: producers' own stubs disagree on them (torch types ``dl_device``
