@@ -21,7 +21,7 @@ DTYPES = ("float32", "bfloat16", "float8_e4m3fn")
 UINT_OF = {"float32": "uint32", "bfloat16": "uint16", "float8_e4m3fn": "uint8"}
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float8_e4m3fn": 1, "uint32": 4, "uint16": 2, "uint8": 1}
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
-# Issue 5's targets (dlbridge / native, medians of one run).
+# The speed targets (dlbridge / native, medians of one run).
 TARGET_NATIVE, TARGET_RAW_CAPSULE, TARGET_VIEW, TARGET_IMPORT_MS = 1.10, 0.70, 1.25, 50.0
 RAW_CAPSULE_CONSUMERS = ("torch", "cupy")  # where dlbridge hands over a ready capsule
 

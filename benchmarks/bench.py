@@ -12,7 +12,7 @@ is the median of the per-round ratios, so drift on a busy machine cancels out.
 Baselines: where the consumer cannot import the dtype itself (bf16 -> NumPy, fp8 -> CuPy), or
 the producer cannot export it (ml_dtypes arrays in NumPy), the native side converts a
 same-width unsigned array instead (uint16 for bf16, uint8 for fp8): that is what a user would
-otherwise do by hand, and what issue 5's "<= 1.25x the native same-width unsigned path" means.
+otherwise do by hand, and what the target "<= 1.25x the native same-width unsigned path" means.
 
 CUDA pairs (torch, CuPy, JAX; 1 KiB and 1 GiB) are written here and run only where CUDA
 exists; elsewhere each is listed as skipped with the reason. On GPU rows the consumer's

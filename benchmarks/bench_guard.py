@@ -4,7 +4,7 @@
 
 For each case it times the guarded call and the same work written by hand (dlbridge.to_numpy on
 each argument, the body, dlbridge.to_torch on the result) and prints guarded / by-hand; the
-issue's budget is <= 1.2. Best of many alternating short blocks; absolute times vary by machine.
+budget is <= 1.2. Best of many alternating short blocks; absolute times vary by machine.
 """
 
 from __future__ import annotations

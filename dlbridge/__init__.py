@@ -10,6 +10,7 @@ __all__ = [
     "inspect",
     "guard",
     "DLPackInfo",
+    "SupportsDLPack",
     "set_default_fallback",
     "get_default_fallback",
     "fallback_policy",
@@ -30,13 +31,13 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING, Any
 
+from ._api import capabilities as capabilities
+from ._api import convert as convert
 from ._api import to_cupy as to_cupy
 from ._api import to_jax as to_jax
 from ._api import to_numpy as to_numpy
 from ._api import to_torch as to_torch
-from ._capabilities import capabilities as capabilities
 from ._capsule import DLPackInfo as DLPackInfo
-from ._convert import convert as convert
 from ._convert import inspect as inspect
 from ._errors import CapsuleError as CapsuleError
 from ._errors import DeviceMismatchError as DeviceMismatchError
@@ -51,6 +52,7 @@ from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
 from ._options import fallback_policy as fallback_policy
 from ._options import get_default_fallback as get_default_fallback
 from ._options import set_default_fallback as set_default_fallback
+from ._types import SupportsDLPack as SupportsDLPack
 
 if TYPE_CHECKING:
     from ._guard import guard as guard

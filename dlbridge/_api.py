@@ -1,10 +1,13 @@
-"""The public conversion functions: thin, typed, keyword-only wrappers over ``convert``."""
+"""The public conversion functions: thin, typed, keyword-only wrappers over the pipeline."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ._adapters import ADAPTERS
+from ._adapters import ADAPTERS, adapter_named
+from ._capabilities import Capabilities
+from ._capabilities import capabilities as _table
 from ._convert import _convert
 from ._options import NOT_GIVEN, resolve_fallback
 
@@ -12,30 +15,99 @@ if TYPE_CHECKING:
     import cupy
     import jax
     import numpy
+    import paddle
+    import tensorflow
     import torch
 
-__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy"]
+    from ._types import DeviceLike, DTypeLike, FallbackOption, SupportsDLPack
+
+__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "convert", "capabilities"]
+
+# ``x`` is typed ``SupportsDLPack | Any``: any DLPack array, but also a raw capsule or a producer older
+# than DLPack 1.0 (``__dlpack__(stream=)`` only); anything else raises NotAnArrayError at run time.
 
 
-def to_torch(x: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
-             copy: bool | None = None, stream: int | None = None) -> torch.Tensor:  # fmt: skip
+def to_torch(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+             dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+             stream: int | None = None) -> torch.Tensor:  # fmt: skip
     """``x`` as a ``torch.Tensor``: same memory and true dtype where torch can hold it."""
-    return _convert(x, ADAPTERS["torch"], resolve_fallback(fallback), dtype, device, copy, stream)
+    result: torch.Tensor = _convert(x, ADAPTERS["torch"], resolve_fallback(fallback), dtype, device, copy, stream)
+    return result
 
 
-def to_cupy(x: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
-            copy: bool | None = None, stream: int | None = None) -> cupy.ndarray:  # fmt: skip
+def to_cupy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+            dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+            stream: int | None = None) -> cupy.ndarray:  # fmt: skip
     """``x`` as a ``cupy.ndarray``. CPU sources need ``device="cuda"`` or ``copy=True``."""
-    return _convert(x, ADAPTERS["cupy"], resolve_fallback(fallback), dtype, device, copy, stream)
+    result: cupy.ndarray = _convert(x, ADAPTERS["cupy"], resolve_fallback(fallback), dtype, device, copy, stream)
+    return result
 
 
-def to_jax(x: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
-           copy: bool | None = None, stream: int | None = None) -> jax.Array:  # fmt: skip
+def to_jax(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+           dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+           stream: int | None = None) -> jax.Array:  # fmt: skip
     """``x`` as a ``jax.Array`` (zero-copy where JAX can share the buffer)."""
-    return _convert(x, ADAPTERS["jax"], resolve_fallback(fallback), dtype, device, copy, stream)
+    result: jax.Array = _convert(x, ADAPTERS["jax"], resolve_fallback(fallback), dtype, device, copy, stream)
+    return result
 
 
-def to_numpy(x: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
-             copy: bool | None = None, stream: int | None = None) -> numpy.ndarray:  # fmt: skip
+def to_numpy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+             dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+             stream: int | None = None) -> numpy.ndarray[Any, Any]:  # fmt: skip
     """``x`` as a ``numpy.ndarray``; bf16/fp8 arrive as ml_dtypes arrays sharing the memory."""
-    return _convert(x, ADAPTERS["numpy"], resolve_fallback(fallback), dtype, device, copy, stream)
+    result: numpy.ndarray[Any, Any] = _convert(
+        x, ADAPTERS["numpy"], resolve_fallback(fallback), dtype, device, copy, stream
+    )
+    return result
+
+
+# ``convert(x, "numpy")`` is typed like ``to_numpy(x)``: one overload per framework name and alias.
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["torch", "pytorch"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> torch.Tensor: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["cupy"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> cupy.ndarray: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["jax", "jax.numpy"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> jax.Array: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["numpy", "np"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> numpy.ndarray[Any, Any]: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["tensorflow", "tf"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> tensorflow.Tensor: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["paddle"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> paddle.Tensor: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> Any: ...  # fmt: skip
+def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: FallbackOption = NOT_GIVEN,
+            dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+            stream: int | None = None) -> Any:  # fmt: skip
+    """Hand ``x`` to framework ``to`` (a name such as ``"torch"`` or the module).
+
+    Zero-copy whenever the target can hold the data where it is; see the README for the
+    fallback policy. ``copy=False`` forbids any copy, ``copy=True`` always copies.
+    """
+    return _convert(x, adapter_named(to), resolve_fallback(fallback), dtype, device, copy, stream)
+
+
+def capabilities(consumer: str, version: str | None = None) -> Capabilities:
+    """What ``consumer`` accepts at ``version``, read off the capability table.
+
+    ``version`` defaults to the installed one, read from the package metadata (the framework is
+    not imported); MissingFrameworkError if it is not installed.
+    """
+    if version is None:
+        adapter = adapter_named(consumer)
+        return _table(adapter.name, adapter.installed_version())
+    return _table(consumer, version)

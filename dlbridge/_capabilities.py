@@ -164,10 +164,28 @@ class Capabilities(NamedTuple):
     offset_needs_strides: bool
 
 
+# A pre-release sorts before its release: a row "since 2.6" must not claim 2.6.0rc1 or a 2.6 nightly.
+_VERSION = re.compile(r"(\d+(?:\.\d+)*)(?:[-_.]?(dev|a|alpha|b|beta|c|rc|pre|preview)[-_.]?(\d*))?", re.IGNORECASE)
+_PRE = {"dev": -4, "a": -3, "alpha": -3, "b": -2, "beta": -2, "c": -1, "rc": -1, "pre": -1, "preview": -1}
+
+
 def parse_version(text: str) -> tuple[int, ...]:
-    """Leading numeric release of a version string: '2.13.0+cpu' -> (2, 13, 0)."""
-    match = re.match(r"\d+(?:\.\d+)*", text)
-    return tuple(int(p) for p in match.group().split(".")) if match else ()
+    """A comparable key for a version string (PEP 440 order for the forms frameworks publish).
+
+    The release without trailing zeros, then (0, 0) for a release or (negative phase, number) for a
+    pre-release: '2.6.0' -> (2, 6, 0, 0), '2.6.0rc1' -> (2, 6, -1, 1), '2.6.0.dev20250101' ->
+    (2, 6, -4, 20250101), so every pre-release sorts below its release. A local version ('+cpu',
+    '+gitabc') and a post-release suffix are ignored: '2.13.0+cpu' and '2.13' give the same key.
+    """
+    match = _VERSION.match(text.strip().removeprefix("v"))
+    if match is None:
+        return ()
+    release = [int(p) for p in match.group(1).split(".")]
+    while release and release[-1] == 0:
+        release.pop()
+    if match.group(2) is None:
+        return (*release, 0, 0)
+    return (*release, _PRE[match.group(2).lower()], int(match.group(3) or 0))
 
 
 @cache

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
@@ -45,8 +46,12 @@ MAX_NDIM = 64
 # Private prototypes: never touch ctypes.pythonapi.X.argtypes, that object is shared with
 # every other library in the process. PYFUNCTYPE raises any Python error the call sets.
 _api = ctypes.pythonapi
-_get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", _api))
-_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
+_get_name: Callable[[object], bytes | None] = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+    ("PyCapsule_GetName", _api)
+)
+_get_pointer: Callable[[object, bytes | None], int | None] = ctypes.PYFUNCTYPE(
+    ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p
+)(("PyCapsule_GetPointer", _api))
 _new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
     ("PyCapsule_New", _api)
 )
@@ -393,7 +398,7 @@ def relabel_device(capsule: object, device: tuple[int, int]) -> None:
 
 
 # What rewrite() changed: (name, DLTensor address, device type, device id, code, bits, lanes, flags).
-Saved = tuple[bytes, int, int, int, int, int, int, int]
+Saved = tuple[bytes | None, int, int, int, int, int, int, int]
 
 
 def rewrite(capsule: object, dtype: DType | None, device: tuple[int, int] | None, writable: bool) -> Saved:

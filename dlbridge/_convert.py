@@ -178,6 +178,7 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
     if device_to is not None:
         info = replace(info, device_type=device_name(device_to[0]), device_code=device_to[0], device_id=device_to[1])
     if parse_device(device, info.device) != info.device or info.device_code not in target.device_codes:
+        target.check_installed()
         raise DeviceMismatchError(
             f"to_{target.name}(): a raw capsule on {info.device_type} cannot be moved; pass the array "
             "itself (not its capsule) so dlbridge can ask its producer for a copy"
@@ -363,6 +364,7 @@ def _export_copy(x: Any, source: Adapter | None, stream: int | None, max_version
 def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
                   dst_dev: tuple[int, int], fallback: Fallback, dtype: Any, device: Any,
                   copy: bool | None) -> Any:  # fmt: skip
+    target.check_installed()  # "install cupy" comes before "pass device=" (cached; imports nothing)
     real = device_of(x, source)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
     here = f"{device_name(real[0])}:{real[1]}"
     there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"

@@ -105,9 +105,18 @@ def _unsupported_message(info: DLPackInfo, caps: Capabilities, logical: str, fal
         options.append('fallback="upcast" for a float32 copy with equal values')
     if options:
         lines.append("Pass " + ", or ".join(options) + ".")
-    elif fallback != "raise":
-        why = "there is no same-width unsigned dtype it imports"
-        if logical == "bool" and uint is not None and uint in caps.imports:
-            why = f"a {uint} view of bool memory could come back as bool holding bytes other than 0/1"
-        lines.append(f'fallback="{fallback}" cannot help: {why}.')
+    if fallback != "raise":
+        lines.append(f'fallback="{fallback}" cannot help: {_why_fallback_fails(caps, logical, fallback, uint)}.')
     return " ".join(lines)
+
+
+def _why_fallback_fails(caps: Capabilities, logical: str, fallback: str, uint: str | None) -> str:
+    """Why the fallback the caller chose does not apply to ``logical`` (plan_for found it did not)."""
+    if fallback == "upcast" and not _upcastable(logical):
+        return f"it widens bfloat16 and float8 formats to float32, and {logical} is not one of them"
+    if uint is None:
+        return f"{logical} has no same-width unsigned dtype to carry its bits"
+    if logical == "bool" and uint in caps.imports:
+        return f"a {uint} view of bool memory could come back as bool holding bytes other than 0/1"
+    how = "hand over" if fallback == "view" else "carry the bits of"
+    return f"it would {how} {logical} as {uint}, which {caps.consumer} does not import either"

@@ -1,14 +1,21 @@
-"""Shared fixtures: framework import-or-skip, the CUDA capability check, array factories."""
+"""Shared fixtures: framework import-or-skip, the CUDA capability check, child processes.
+
+Crash-prone tests are marked ``@pytest.mark.isolated`` (run in a child pytest, tests/_isolated.py);
+``run_child`` runs a script in a fresh interpreter (import-time checks, one-off crash probes).
+"""
 
 from __future__ import annotations
 
 import importlib
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from tests._isolated import pytest_pyfunc_call, pytest_runtest_logreport
+
+__all__ = ["need", "cuda_reason", "cuda", "run_child", "readme_block", "pytest_pyfunc_call", "pytest_runtest_logreport"]
 
 
 def need(name: str):
@@ -41,21 +48,31 @@ def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess[st
     )
 
 
-def run_child_pytest(test_file: str, flag: str, expect_passed: int, tmp_path=None, timeout: float = 900) -> None:
-    """Run ``test_file``'s ``-k property`` tests in a child pytest with ``flag=1`` set (they hand
-    consumers layouts that abort the process when something regresses: a crash fails one test).
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Skips are counted, not listed one by one (addopts has no -rs): one line, each reason once."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        why = str(longrepr[2]).removeprefix("Skipped: ") if isinstance(longrepr, tuple) else "skipped"
+        reasons[why] = reasons.get(why, 0) + 1
+    if reasons and "s" not in (terminalreporter.config.option.reportchars or ""):
+        summary = "; ".join(f"{n}: {why}" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+        terminalreporter.write_line(f"skipped ({summary})")
 
-    ``$DLBRIDGE_FALLBACK`` is dropped (no fallback= means "raise"); hypothesis keeps its files in
-    ``tmp_path`` when given, so failure patches stay out of the checkout.
-    """
-    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_FALLBACK"}
-    env[flag] = "1"
-    if tmp_path is not None:
-        env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "property", test_file],
-        capture_output=True, text=True, env=env, timeout=timeout,
-    )  # fmt: skip
-    tail = (proc.stdout + proc.stderr)[-6000:]
-    assert proc.returncode == 0, f"child exited {proc.returncode} (negative: killed by a signal):\n{tail}"
-    assert f"{expect_passed} passed" in proc.stdout, tail
+
+def readme_block(marker: str) -> str:
+    """The code block between ``<!-- marker -->`` and ``<!-- /marker -->`` in README.md."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split(f"<!-- {marker} -->\n", 1)[1].split(f"<!-- /{marker} -->", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.fixture
+def cupy_counted_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where CuPy is absent, a conversion into it says "install cupy" first; tests of the device
+    messages behind that check use this to reach them (nothing of CuPy is imported or imitated)."""
+    from dlbridge._adapters import ADAPTERS
+
+    monkeypatch.setattr(ADAPTERS["cupy"], "check_installed", lambda: None)

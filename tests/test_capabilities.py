@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+import dlbridge
 from dlbridge._capabilities import FEATURES, TABLE, capabilities, parse_version
 from dlbridge._dtypes import BY_NAME
 from tests.conftest import need, run_child
@@ -32,7 +33,35 @@ def test_version_ranges() -> None:
     assert capabilities("torch", "2.13.0+cpu").versioned_capsules
     fp8_old = capabilities("torch", "2.5.1")
     assert "float8_e4m3fn" in fp8_old.holds and "float8_e4m3fn" not in fp8_old.imports
-    assert parse_version("2.13.0+cpu") == (2, 13, 0) and parse_version("0.10.2.dev1") == (0, 10, 2)
+
+
+@pytest.mark.parametrize(
+    ("earlier", "later"),
+    [
+        ("2.6.0rc1", "2.6"),  # a release candidate
+        ("2.5.0a0+gitabc", "2.5"),  # a source build before the release (torch's form)
+        ("2.6.0.dev20250101", "2.6"),  # a nightly
+        ("2.6.0.dev20250101", "2.6.0rc1"),
+        ("2.6", "2.6.1"),
+        ("1.26.4", "1.27"),  # plain releases compare numerically, not as text
+        ("0.4.9", "0.4.30"),
+        ("2.5", "2.5.0.1"),
+    ],
+)
+def test_parse_version_orders_prereleases_before_their_release(earlier: str, later: str) -> None:
+    assert parse_version(earlier) < parse_version(later)
+
+
+@pytest.mark.parametrize(("a", "b"), [("2.13.0+cpu", "2.13.0"), ("2.13", "2.13.0"), ("1.26.4", "1.26.4+local")])
+def test_parse_version_ignores_local_labels_and_trailing_zeros(a: str, b: str) -> None:
+    assert parse_version(a) == parse_version(b)
+
+
+@pytest.mark.parametrize("version", ["2.9.0rc1", "2.9.0a0+git1234567", "2.9.0.dev20250101"])
+def test_a_row_claims_nothing_for_a_prerelease_of_its_first_version(version: str) -> None:
+    # torch reads versioned capsules since 2.9: its pre-releases are still treated as 2.8.
+    assert capabilities("torch", "2.9.0").versioned_capsules
+    assert not capabilities("torch", version).versioned_capsules
 
 
 def test_cupy_13_3_never_receives_a_dtype_it_would_crash_on() -> None:
@@ -102,3 +131,29 @@ def test_table_imports_match_native_from_dlpack_here() -> None:
 def test_every_consumer_has_rows(consumer: str) -> None:
     caps = capabilities(consumer, "99.0")
     assert "float32" in caps.imports
+
+
+def test_capabilities_default_to_the_installed_version_without_importing_it() -> None:
+    proc = run_child(
+        """
+        import json, sys
+        from importlib import metadata
+        import dlbridge
+        caps = dlbridge.capabilities("torch")
+        print(json.dumps([caps.version, metadata.version("torch"), "torch" in sys.modules]))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    version, installed, imported = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert version == installed and not imported
+    assert capabilities("torch", version) == dlbridge.capabilities("torch")
+
+
+def test_capabilities_of_a_framework_that_is_not_installed_says_so() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("cupy is installed")
+    with pytest.raises(dlbridge.MissingFrameworkError, match=r'cupy is not installed.*capabilities\("cupy", "1.0"\)'):
+        dlbridge.capabilities("cupy")
+    assert capabilities("cupy", "13.6.0").consumer == "cupy"  # an explicit version needs no install

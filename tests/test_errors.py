@@ -30,7 +30,7 @@ def test_hierarchy(cls: type, builtin: type) -> None:
     assert cls.__module__ == "dlbridge"
 
 
-def test_cpu_to_cupy_says_what_to_pass() -> None:
+def test_cpu_to_cupy_says_what_to_pass(cupy_counted_installed: None) -> None:
     with pytest.raises(
         dlbridge.DeviceMismatchError,
         match=r'to_cupy\(\): the source is on cpu:0 and cupy cannot use memory there .*pass device="cuda" or copy=True',
@@ -38,7 +38,7 @@ def test_cpu_to_cupy_says_what_to_pass() -> None:
         dlbridge.to_cupy(torch.zeros(2))
 
 
-def test_copy_false_forbids_device_moves() -> None:
+def test_copy_false_forbids_device_moves(cupy_counted_installed: None) -> None:
     with pytest.raises(dlbridge.DeviceMismatchError, match="copy=False forbids"):
         dlbridge.to_cupy(torch.zeros(2), copy=False)
 
@@ -95,6 +95,12 @@ def test_missing_target_framework() -> None:
     except ImportError:
         with pytest.raises(dlbridge.MissingFrameworkError, match="pip install cupy"):
             dlbridge.to_cupy(torch.zeros(1), device="cuda")
+        # Also where a device message would come next: the missing framework is said first.
+        for options in ({}, {"copy": False}, {"copy": True}):
+            with pytest.raises(dlbridge.MissingFrameworkError, match=r"cupy .*not installed"):
+                dlbridge.convert(torch.zeros(1), "cupy", **options)
+        with pytest.raises(dlbridge.MissingFrameworkError, match=r"cupy .*not installed"):
+            dlbridge.to_cupy(torch.zeros(1).__dlpack__())  # a raw capsule
     else:
         pytest.skip("cupy is installed")
 
@@ -140,3 +146,20 @@ def test_cuda_upload_without_cuda_is_a_device_error() -> None:
             with pytest.raises(dlbridge.DeviceMismatchError, match="cuda:0") as err:
                 fn(src, device="cuda")
             assert err.value.__cause__ is not None, (fn.__name__, name)
+
+
+def test_a_fallback_that_cannot_help_says_why_in_its_own_terms() -> None:
+    jax = need("jax")
+    if jax.config.jax_enable_x64:
+        pytest.skip("JAX runs with x64 here: it imports float64")
+    with pytest.raises(
+        dlbridge.UnsupportedDtypeError,
+        match=r'fallback="upcast" cannot help: it widens bfloat16 and float8 formats to float32, and float64 is not',
+    ) as upcast:
+        dlbridge.to_jax(np.zeros(2), fallback="upcast")
+    assert "unsigned" not in str(upcast.value)  # that is the view fallback's reason
+    with pytest.raises(
+        dlbridge.UnsupportedDtypeError,
+        match=r'fallback="view" cannot help: it would hand over float64 as uint64, which jax does not import',
+    ):
+        dlbridge.to_jax(np.zeros(2), fallback="view")

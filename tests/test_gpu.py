@@ -22,7 +22,7 @@ from tests._arrays import (
     to_host,
     torch_from,
 )
-from tests.conftest import need
+from tests.conftest import need, readme_block
 
 pytestmark = pytest.mark.gpu
 
@@ -273,12 +273,9 @@ def test_cpu_uploads_read_only_remembered_and_relabelled(cuda) -> None:
 
 
 def test_readme_example_runs_as_written(cuda) -> None:
-    """The first code block of the README, run as written (its one refused call expected to raise)."""
+    """The README's CUDA example, run as written (its one refused call expected to raise)."""
     need("cupy")
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    block = readme_block("gpu-example")
     refused = "dlbridge.to_cupy(f8)  "
     assert refused in block
     lines = [

@@ -93,7 +93,7 @@ def test_unsupported_dtype_names_function_argument_dtype_device_and_fix() -> Non
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
-def test_device_mismatch_names_the_nested_argument() -> None:
+def test_device_mismatch_names_the_nested_argument(cupy_counted_installed: None) -> None:
     @dlbridge.guard("cupy")
     def fused(xs):
         raise AssertionError("the body ran")

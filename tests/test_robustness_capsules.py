@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # --- malformed capsules (one child process runs them all) ----------------------------------
 
 # case -> (overrides of a 16-byte float32[4] CtypesArray, error class of every to_*, inspect's)
-# inspect describes well-formed capsules it merely cannot convert (issue 2: unknown codes get a
-# descriptive name); everything structurally broken is a CapsuleError everywhere.
+# inspect describes well-formed capsules it merely cannot convert (unknown codes get a descriptive
+# name); everything structurally broken is a CapsuleError everywhere.
 MALFORMED: dict[str, tuple[dict, str, str | None]] = {
     "wrong_name": ({"name": b"dltensor_v2"}, "CapsuleError", "CapsuleError"),
     "used_name": ({}, "CapsuleError", "CapsuleError"),  # consumed by someone else first
@@ -424,7 +424,7 @@ def test_class_without_a_module_name_is_not_an_array() -> None:
             fn(nameless())
 
 
-def test_messages_name_the_device_the_caller_has() -> None:
+def test_messages_name_the_device_the_caller_has(cupy_counted_installed: None) -> None:
     p = CtypesArray.zeros(16, code=2, bits=32, shape=(4,)).with_(device=(3, 0))
     with pytest.raises(dlbridge.DeviceMismatchError, match="source is on cuda_host:0"):
         dlbridge.to_cupy(p)

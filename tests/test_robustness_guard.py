@@ -62,7 +62,7 @@ from tests._guard_sources import (
 )
 from tests._option_sources import B11, Source, Spec, bits_of, dtype_of, framework_of, on_cpu
 from tests._robust_helpers import data_ptr
-from tests.conftest import need, run_child_pytest
+from tests.conftest import need
 
 need("jax")
 need("ml_dtypes")
@@ -75,8 +75,8 @@ SETTINGS = hypothesis.settings(
     derandomize=True,
     suppress_health_check=[hypothesis.HealthCheck.too_slow],
 )
-IN_CHILD = os.environ.get("DLBRIDGE_GUARD_CHILD") == "1"
-child_only = pytest.mark.skipif(not IN_CHILD, reason="runs in a child process via test_guard_in_a_child_process")
+# Crash-prone (the guard hands consumers arbitrary layouts): each property runs in a child pytest.
+isolated = pytest.mark.isolated
 
 
 class Boom(Exception):
@@ -337,7 +337,7 @@ def run_and_check_leaks(call: GuardCall) -> str:
     return event
 
 
-@child_only
+@isolated
 @SETTINGS
 @hypothesis.given(guard_calls())
 def test_property_guard_keeps_its_contract(call: GuardCall) -> None:
@@ -362,7 +362,7 @@ KNOWN_CALLS = {
 }
 
 
-@child_only
+@isolated
 @pytest.mark.parametrize("known", list(KNOWN_CALLS.values()), ids=list(KNOWN_CALLS))
 def test_property_guard_known_call(known: list[GuardCall]) -> None:
     for call in known:
@@ -372,7 +372,7 @@ def test_property_guard_known_call(known: list[GuardCall]) -> None:
             raise AssertionError(f"{call}: {err}") from err
 
 
-@child_only
+@isolated
 def test_property_guard_repeated_view_calls_leave_no_records() -> None:
     @dlbridge.guard("torch", fallback="view")
     def body(a, b):
@@ -386,11 +386,3 @@ def test_property_guard_repeated_view_calls_leave_no_records() -> None:
     del out
     gc.collect()
     assert len(_entries) <= before, f"{len(_entries) - before} view records outlived 200 calls"
-
-
-CHILD_TESTS = 2 + len(KNOWN_CALLS)
-
-
-@pytest.mark.skipif(IN_CHILD, reason="this is the child")
-def test_guard_in_a_child_process(tmp_path: Any) -> None:
-    run_child_pytest(__file__, "DLBRIDGE_GUARD_CHILD", CHILD_TESTS, tmp_path)

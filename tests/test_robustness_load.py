@@ -14,7 +14,7 @@ import pytest
 
 import dlbridge
 from tests._robust_helpers import TO, data_ptr, np, torch
-from tests.conftest import need, run_child_pytest
+from tests.conftest import need
 from tests.ctypes_producer import CtypesArray, live_exports
 
 jax = need("jax")
@@ -29,10 +29,9 @@ PROPERTY_SETTINGS = hypothesis.settings(
     max_examples=int(os.environ.get("DLBRIDGE_HYPOTHESIS_EXAMPLES", "60")), deadline=None, database=None
 )
 # The properties hand arbitrary (negative, zero) strides to torch, which aborts the process on the
-# ones it mis-handles: they run in a child pytest (test_properties_in_a_child_process below), so a
-# dlbridge regression fails one test instead of killing the suite.
-IN_CHILD = os.environ.get("DLBRIDGE_PROPERTY_CHILD") == "1"
-child_only = pytest.mark.skipif(not IN_CHILD, reason="runs in a child process via test_properties_in_a_child_process")
+# ones it mis-handles: they run in a child pytest (@pytest.mark.isolated), so a dlbridge regression
+# fails one test instead of killing the suite.
+isolated = pytest.mark.isolated
 
 PROP_DTYPES = ["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "bool", "complex64", "uint16",
                "int64", "int8", "float64"]  # fmt: skip
@@ -94,7 +93,7 @@ def _hop(x, target: str, reference: bytes):
     return r
 
 
-@child_only
+@isolated
 @PROPERTY_SETTINGS
 @hypothesis.given(strided_arrays(), st.permutations(["torch", "jax", "numpy"]))
 def test_property_round_trips_keep_bits_and_share_memory(case, order) -> None:
@@ -106,11 +105,6 @@ def test_property_round_trips_keep_bits_and_share_memory(case, order) -> None:
             continue
         x = _hop(x, target, reference)
     assert str(x.dtype) == name
-
-
-@pytest.mark.skipif(IN_CHILD, reason="this is the child")
-def test_properties_in_a_child_process() -> None:
-    run_child_pytest(__file__, "DLBRIDGE_PROPERTY_CHILD", expect_passed=2, timeout=600)
 
 
 @st.composite
@@ -131,7 +125,7 @@ def ctypes_layouts(draw):
     return CtypesArray.from_bytes(raw, name, shape, strides, start * size)
 
 
-@child_only
+@isolated
 @PROPERTY_SETTINGS
 @hypothesis.given(ctypes_layouts(), st.sampled_from(["torch", "jax", "numpy"]))
 def test_property_unknown_producer_any_strides(p: CtypesArray, target: str) -> None:

@@ -46,7 +46,7 @@ from tests._option_sources import (
     writable,
 )
 from tests._robust_helpers import data_ptr, np, torch
-from tests.conftest import need, run_child_pytest
+from tests.conftest import need
 from tests.ctypes_producer import CtypesArray
 
 jax = need("jax")
@@ -64,8 +64,8 @@ SETTINGS = hypothesis.settings(
     derandomize=True,
     suppress_health_check=[hypothesis.HealthCheck.too_slow],
 )
-IN_CHILD = os.environ.get("DLBRIDGE_OPTIONS_CHILD") == "1"
-child_only = pytest.mark.skipif(not IN_CHILD, reason="runs in a child process via test_options_in_a_child_process")
+# Crash-prone (arbitrary options and layouts reach the consumers): each property runs in a child pytest.
+isolated = pytest.mark.isolated
 
 EIGHT_BIT = ("uint8", "int8", "float8_e4m3fn", "float8_e5m2", "bool", B11)
 # dtype= names by width. "bool" is left out: relabelling arbitrary bytes as bool makes invalid bools.
@@ -303,7 +303,7 @@ def run_view(spec: Spec, copy: bool | None, onward: str, onward_copy: bool | Non
     check_balanced(src.producer)
 
 
-@child_only
+@isolated
 @SETTINGS
 @hypothesis.given(calls())
 def test_property_any_option_gives_a_correct_array_or_a_dlbridge_error(call: Call) -> None:
@@ -311,7 +311,7 @@ def test_property_any_option_gives_a_correct_array_or_a_dlbridge_error(call: Cal
         hypothesis.event(event)
 
 
-@child_only
+@isolated
 @SETTINGS
 @hypothesis.given(
     specs(kinds=("numpy", "torch", "jax", "ctypes"), dtypes=EIGHT_BIT),
@@ -349,7 +349,7 @@ KNOWN_VIEWS = {
 }
 
 
-@child_only
+@isolated
 @pytest.mark.parametrize("known", list(KNOWN_CALLS.values()), ids=list(KNOWN_CALLS))
 def test_property_known_call(known: list[Call]) -> None:
     for call in known:
@@ -359,7 +359,7 @@ def test_property_known_call(known: list[Call]) -> None:
             raise AssertionError(f"{call}: {err}") from err
 
 
-@child_only
+@isolated
 @pytest.mark.parametrize("case", list(KNOWN_VIEWS.values()), ids=list(KNOWN_VIEWS))
 def test_property_known_view(case: tuple[Spec, bool | None, str, bool | None]) -> None:
     try:
@@ -368,14 +368,6 @@ def test_property_known_view(case: tuple[Spec, bool | None, str, bool | None]) -
         raise AssertionError(f"{case}: {err}") from err
 
 
-CHILD_TESTS = 2 + len(KNOWN_CALLS) + len(KNOWN_VIEWS)
-
-
 def test_error_classes_inherit_their_documented_builtins() -> None:
     for cls, builtin in BUILTIN.items():
         assert issubclass(cls, dlbridge.DLBridgeError) and issubclass(cls, builtin), cls
-
-
-@pytest.mark.skipif(IN_CHILD, reason="this is the child")
-def test_options_in_a_child_process(tmp_path: Any) -> None:
-    run_child_pytest(__file__, "DLBRIDGE_OPTIONS_CHILD", CHILD_TESTS, tmp_path)

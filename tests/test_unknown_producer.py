@@ -215,7 +215,7 @@ def test_pinned_host_memory_is_shared_as_cpu_memory(consumer: str, raw: bool) ->
     assert_balanced(p)
 
 
-def test_pinned_host_memory_into_cupy_needs_a_device() -> None:
+def test_pinned_host_memory_into_cupy_needs_a_device(cupy_counted_installed: None) -> None:
     """A GPU-only consumer cannot live in host memory: the usual device error, not a crash."""
     p = make("float32", "contiguous").with_(device=(3, 0))
     with pytest.raises(dlbridge.DeviceMismatchError, match='device="cuda"'):

@@ -7,9 +7,10 @@ imports torch. Adding a framework means adding one subclass and listing it in ``
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from contextlib import AbstractContextManager, nullcontext
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any, ClassVar
 
 from .._capabilities import Capabilities, capabilities
@@ -28,6 +29,11 @@ class AsIs(Exception):  # a signal, caught in _convert
     def __init__(self, value: Any) -> None:
         super().__init__()
         self.value = value
+
+
+@cache
+def _findable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def export_capsule(obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
@@ -133,6 +139,40 @@ class Adapter:
                 f"dlbridge needs {self.module} for this conversion, but importing it failed ({err}); "
                 f"install it (pip install {self.module})"
             ) from err
+
+    def check_installed(self) -> None:
+        """Raise MissingFrameworkError if the framework is not installed (imports nothing; cached)."""
+        if self.module not in sys.modules and not _findable(self.module):
+            raise MissingFrameworkError(
+                f"dlbridge needs {self.module} for this conversion, but it is not installed; "
+                f"install it (pip install {self.module})"
+            )
+
+    def installed_version(self) -> str:
+        """The installed version without importing the framework: ``__version__`` if it is
+        loaded, else the package metadata. Raises MissingFrameworkError if it is not installed."""
+        loaded = sys.modules.get(self.module)
+        version = getattr(loaded, "__version__", None) if loaded is not None else None
+        if isinstance(version, str):
+            return version
+        from importlib import metadata
+
+        # The distribution may be named otherwise (cupy-cuda12x, ...): ask the metadata which one
+        # provides the module, and only when the plain name is not found.
+        try:
+            return metadata.version(self.module)
+        except metadata.PackageNotFoundError:
+            pass
+        for dist in metadata.packages_distributions().get(self.module, ()):
+            try:
+                return metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+        raise MissingFrameworkError(
+            f"{self.name} is not installed, so dlbridge cannot tell its version; install it "
+            f"(pip install {self.module}), or pass the version to ask about, e.g. "
+            f'capabilities("{self.name}", "1.0")'
+        )
 
     @cached_property
     def version(self) -> str:

@@ -41,7 +41,8 @@ class CupyAdapter(Adapter):
         cuda = self.mod.cuda
         if cuda.runtime.getDevice() == device[1]:
             return nullcontext()
-        return cuda.Device(device[1])
+        switch: AbstractContextManager[Any] = cuda.Device(device[1])
+        return switch
 
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(numpy_dtype(dtype))

@@ -94,7 +94,8 @@ class JaxAdapter(Adapter):
         if device[0] not in GPU_CODES:
             return None
         # What jax.dlpack.from_dlpack itself passes to the producer.
-        return self._device(device).get_stream_for_external_ready_events()
+        stream: int | None = self._device(device).get_stream_for_external_ready_events()
+        return stream
 
     def from_dlpack(self) -> Any:
         return self._dlpack.from_dlpack

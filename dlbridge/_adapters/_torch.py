@@ -123,7 +123,8 @@ class TorchAdapter(Adapter):
         cuda = self.mod.cuda
         if device[0] not in GPU_CODES or cuda.current_device() == device[1]:
             return nullcontext()
-        return cuda.device(device[1])
+        switch: AbstractContextManager[Any] = cuda.device(device[1])
+        return switch
 
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(getattr(self.mod, dtype))

@@ -5,7 +5,9 @@ No framework appears: two plain classes stand for "the body's framework" and "an
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
-from typing import Any, assert_type
+from typing import Any
+
+from typing_extensions import assert_type
 
 import dlbridge
 

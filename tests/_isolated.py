@@ -1,0 +1,137 @@
+"""``@pytest.mark.isolated``: tests that run in a child pytest, so a crash fails one test, not the suite.
+
+The parent collects the tests as usual; the first isolated test of a module to run starts one child
+pytest with every selected isolated test of that module, and each test then reports the child's outcome
+for it (its failure text, its skip reason). A child that dies (a signal, a timeout) fails the test it
+was running with the child's last output; the tests it had not reached run in a fresh child. Nothing
+is counted by hand: the child reports per test.
+
+The hooks are re-exported by ``tests/conftest.py``; the marker is registered in ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHILD_ENV = "DLBRIDGE_ISOLATED_CHILD"  # set in the child: isolated tests run in-process there
+REPORT_ENV = "DLBRIDGE_ISOLATED_REPORT"  # the child's per-test outcomes, one JSON line per phase
+TIMEOUT_S = 900.0
+IN_CHILD = os.environ.get(CHILD_ENV) == "1"
+
+
+@dataclass
+class Outcome:
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # "setup"/"call"/"teardown" -> report
+    crash: str | None = None  # why the child did not finish this test
+
+
+_outcomes: dict[str, Outcome] = {}  # nodeid -> what the child reported
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = os.environ.get(REPORT_ENV)
+    if not IN_CHILD or not path:
+        return
+    entry = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome}
+    if report.skipped and isinstance(report.longrepr, tuple):
+        entry["text"] = str(report.longrepr[2])
+    elif report.failed:
+        entry["text"] = report.longreprtext
+    with open(path, "a", encoding="utf-8") as f:  # line by line: a crash keeps what came before
+        f.write(json.dumps(entry) + "\n")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    if IN_CHILD or pyfuncitem.get_closest_marker("isolated") is None:
+        return None
+    outcome = _outcomes.get(pyfuncitem.nodeid)
+    if outcome is None:
+        _run_module_in_child(pyfuncitem)
+        outcome = _outcomes[pyfuncitem.nodeid]
+    _report(outcome)
+    return True
+
+
+def _report(outcome: Outcome) -> None:
+    if outcome.crash is not None:
+        pytest.fail(outcome.crash, pytrace=False)
+    for when in ("setup", "call", "teardown"):
+        phase = outcome.phases.get(when)
+        if phase is None:
+            continue
+        if phase["outcome"] == "failed":
+            pytest.fail(f"in the child ({when}):\n{phase.get('text', '')}", pytrace=False)
+        if phase["outcome"] == "skipped":
+            pytest.skip(phase.get("text", "skipped in the child"))
+
+
+def _run_module_in_child(item: pytest.Function) -> None:
+    """Run every selected isolated test of ``item``'s module in child pytests; fill ``_outcomes``."""
+    pending = [
+        other.nodeid
+        for other in item.session.items
+        if other.path == item.path and other.get_closest_marker("isolated") is not None
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_FALLBACK"}  # no fallback= means "raise"
+    env[CHILD_ENV] = "1"
+    with tempfile.TemporaryDirectory(prefix="dlbridge-isolated-") as tmp:
+        env["HYPOTHESIS_STORAGE_DIRECTORY"] = tmp  # failure patches stay out of the checkout
+        for attempt in range(len(pending)):
+            if not pending:
+                break
+            report = Path(tmp) / f"report-{attempt}.jsonl"
+            env[REPORT_ENV] = str(report)
+            args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rN", *pending]
+            try:
+                proc = subprocess.run(
+                    args, capture_output=True, text=True, env=env, timeout=TIMEOUT_S, cwd=item.config.rootpath
+                )
+                ended = f"exited {proc.returncode}" + (" (killed by a signal)" if proc.returncode < 0 else "")
+                tail = (proc.stdout + proc.stderr)[-3000:]
+            except subprocess.TimeoutExpired as err:
+                ended = f"ran past {TIMEOUT_S:.0f} s and was killed"
+                tail = _text(err.stdout)[-2000:] + _text(err.stderr)[-2000:]
+            seen = _read(report)
+            pending = _settle(pending, seen, ended, tail)
+
+
+def _settle(pending: list[str], seen: dict[str, Outcome], ended: str, tail: str) -> list[str]:
+    """Record finished tests; blame the one the child died in; return the ones it never reached."""
+    rest = []
+    for nodeid in pending:
+        outcome = seen.get(nodeid)
+        if outcome is not None and "teardown" in outcome.phases:
+            _outcomes[nodeid] = outcome
+        elif outcome is not None:  # started, never finished: the child died here
+            outcome.crash = f"the child pytest {ended} while running this test:\n{tail}"
+            _outcomes[nodeid] = outcome
+        else:
+            rest.append(nodeid)
+    if len(rest) == len(pending):  # nothing ran at all (collection failed): no retry would help
+        for nodeid in rest:
+            _outcomes[nodeid] = Outcome(crash=f"the child pytest {ended} before running this test:\n{tail}")
+        return []
+    return rest
+
+
+def _read(report: Path) -> dict[str, Outcome]:
+    seen: dict[str, Outcome] = {}
+    if report.exists():
+        for line in report.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            seen.setdefault(entry["nodeid"], Outcome()).phases[entry["when"]] = entry
+    return seen
+
+
+def _text(data: str | bytes | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
