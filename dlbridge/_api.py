@@ -12,9 +12,11 @@ if TYPE_CHECKING:
     import cupy
     import jax
     import numpy
+    import paddle
+    import tensorflow
     import torch
 
-__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy"]
+__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "to_tensorflow", "to_paddle"]
 
 
 def to_torch(x: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
@@ -39,3 +41,17 @@ def to_numpy(x: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device:
              copy: bool | None = None, stream: int | None = None) -> numpy.ndarray:  # fmt: skip
     """``x`` as a ``numpy.ndarray``; bf16/fp8 arrive as ml_dtypes arrays sharing the memory."""
     return _convert(x, ADAPTERS["numpy"], resolve_fallback(fallback), dtype, device, copy, stream)
+
+
+def to_tensorflow(x: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
+                  copy: bool | None = None, stream: int | None = None) -> tensorflow.Tensor:  # fmt: skip
+    """``x`` as a ``tf.Tensor`` (zero-copy where TensorFlow can share the buffer; it takes only
+    dense row-major layouts, so others are copied densely first)."""
+    return _convert(x, ADAPTERS["tensorflow"], resolve_fallback(fallback), dtype, device, copy, stream)
+
+
+def to_paddle(x: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
+              copy: bool | None = None, stream: int | None = None) -> paddle.Tensor:  # fmt: skip
+    """``x`` as a ``paddle.Tensor``: same memory and true dtype where Paddle can hold it. Raises
+    MissingFrameworkError instead of importing paddle after tensorflow (that crashes the process)."""
+    return _convert(x, ADAPTERS["paddle"], resolve_fallback(fallback), dtype, device, copy, stream)

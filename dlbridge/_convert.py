@@ -52,11 +52,11 @@ def inspect(x: Any) -> DLPackInfo:
     if type(x) is CapsuleType:
         return read(x)
     source = adapter_for(x)
-    if not hasattr(type(x), "__dlpack__"):
+    if source is None and not hasattr(type(x), "__dlpack__"):
         raise NotAnArrayError(
             f"dlbridge.inspect needs an object with __dlpack__ or a DLPack capsule, got {type(x).__name__}"
         )
-    device = device_of(x)
+    device = device_of(x, source)
     # No synchronisation: nothing reads the data (-1 in DLPack; JAX needs None, see its adapter).
     stream = (-1 if source is None else source.no_sync_stream) if device[0] in GPU_CODES else None
     with source.on_device(device) if source is not None and device[0] in GPU_CODES else nullcontext():
@@ -92,7 +92,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
             f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {cls.__module__}."
             f"{cls.__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
         )
-    src_dev = device_of(x)
+    src_dev = device_of(x, source)
     # Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA memory to a CUDA one:
     # shared as such, the capsule's device relabelled (DEVICE_ALIASES).
     home = alias_device(src_dev) if src_dev[0] in DEVICE_ALIASES and src_dev[0] not in target.device_codes else src_dev
@@ -240,7 +240,7 @@ def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
         return info.byte_offset != 0 and caps.offset_needs_strides
     if strides == c_strides(info.shape):
         return False  # dense C order (the common case): no negative strides, compact
-    if info.has_negative_strides() and not caps.negative_strides:
+    if caps.c_order_only or (info.has_negative_strides() and not caps.negative_strides):
         return True
     return caps.compact_only and not info.is_compact()
 
@@ -300,7 +300,7 @@ def _export_copy(x: Any, source: Adapter | None, stream: int | None, max_version
 def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
                   dst_dev: tuple[int, int], fallback: Fallback, dtype: Any, device: Any,
                   copy: bool | None) -> Any:  # fmt: skip
-    real = device_of(x)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
+    real = device_of(x, source)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
     here = f"{device_name(real[0])}:{real[1]}"
     there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
     if copy is False or (copy is None and device is None):

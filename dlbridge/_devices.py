@@ -12,10 +12,13 @@ from ._errors import CapsuleError, DeviceMismatchError, OptionError
 __all__ = ["device_of", "check_device", "parse_device", "stream_for"]
 
 
-def device_of(x: Any) -> tuple[int, int]:
+def device_of(x: Any, source: Adapter | None = None) -> tuple[int, int]:
+    """Where ``x`` lives; asked through its adapter when it is a known framework's array."""
     try:
+        if source is not None:
+            return source.device_of(x)
         dev = x.__dlpack_device__()
-        return (int(dev[0]), int(dev[1]))
+        return (int(dev[0]), 0 if dev[1] is None else int(dev[1]))
     except Exception as err:
         raise CapsuleError(f"{type(x).__name__}.__dlpack_device__() failed: {type(err).__name__}: {err}") from err
 

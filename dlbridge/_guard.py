@@ -395,6 +395,6 @@ def _same_memory(a: Any, b: Any) -> bool:
 
 def _device(x: Any) -> tuple[int, int]:
     try:
-        return device_of(x)
+        return device_of(x, adapter_for(x))
     except DLBridgeError:
         return (0, 0)  # unknown: never equal to a real device, so results are converted

@@ -9,11 +9,16 @@ from ._base import Adapter, export_capsule
 from ._cupy import CupyAdapter
 from ._jax import JaxAdapter
 from ._numpy import NumpyAdapter
+from ._paddle import PaddleAdapter
+from ._tensorflow import TensorflowAdapter
 from ._torch import TorchAdapter
 
 __all__ = ["Adapter", "ADAPTERS", "adapter_named", "adapter_for", "producer_name", "export_capsule"]
 
-ADAPTERS: dict[str, Adapter] = {a.name: a for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter())}
+ADAPTERS: dict[str, Adapter] = {
+    a.name: a
+    for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter(), TensorflowAdapter(), PaddleAdapter())
+}
 _NAMES: dict[str, Adapter] = {
     **{alias: a for a in ADAPTERS.values() for alias in (a.name, a.module, *a.aliases)},
     "jax.numpy": ADAPTERS["jax"],

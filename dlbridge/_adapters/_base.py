@@ -42,6 +42,13 @@ class Adapter:
     # Whether, as a consumer, it reads on the stream the producer was told (False: it imports on a
     # stream of its own choosing, so a caller's stream= cannot be honoured).
     honours_stream: ClassVar[bool] = True
+    display: ClassVar[str]  # "PyTorch", "CuPy", "JAX", "NumPy", "TensorFlow", "PaddlePaddle"
+    distributions: ClassVar[tuple[str, ...]]  # PyPI names to read the version from, in order
+    extra: ClassVar[str]  # the dlbridge install extra: pip install "dlbridge[<extra>]"
+    producer_devices: ClassVar[tuple[str, ...]]  # where the report makes source arrays: ("cpu", "cuda"), ...
+    # Modules that, when already imported, make importing this framework crash the process
+    # (paddle: ("tensorflow",)). The runtime refuses with a clear dlbridge error instead.
+    unsafe_after: ClassVar[tuple[str, ...]] = ()
 
     # --- detection (never imports) -----------------------------------------------------
     def is_array(self, obj: object) -> bool:
@@ -57,6 +64,14 @@ class Adapter:
     def mod(self) -> Any:
         import importlib
 
+        if self.module not in sys.modules:
+            crashers = [m for m in self.unsafe_after if m in sys.modules]
+            if crashers:
+                raise MissingFrameworkError(
+                    f"dlbridge needs {self.module} for this conversion, but {', '.join(crashers)} is already "
+                    f"imported in this process, and importing {self.module} after it crashes the process; "
+                    f"import {self.module} before {crashers[0]} (e.g. at the top of your program)"
+                )
         try:
             return importlib.import_module(self.module)
         except ImportError as err:
@@ -81,6 +96,11 @@ class Adapter:
     def capabilities(self) -> Capabilities:
         """Capabilities, adjusted for runtime settings (JAX's x64 mode, ...)."""
         return self.caps
+
+    def device_of(self, obj: Any) -> tuple[int, int]:
+        """Where ``obj`` lives, as DLPack's (device type, id); a ``None`` id (Paddle's CPU) is 0."""
+        dev = obj.__dlpack_device__()
+        return (int(dev[0]), 0 if dev[1] is None else int(dev[1]))
 
     # --- producing ------------------------------------------------------------------------
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
@@ -141,6 +161,27 @@ class Adapter:
 
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
         raise NotImplementedError
+
+    # --- report, tests and benchmarks (off the hot path; import the framework and NumPy lazily) ---
+    def make_array(self, ref: Any, device: str) -> Any:
+        """A new array of this framework with ref's dtype, shape and exact bits, on "cpu" or "cuda"."""
+        raise NotImplementedError
+
+    def dtype_str(self, arr: Any) -> str:
+        """dlbridge's dtype name for arr's dtype ("bfloat16", "float8_e4m3fn", "bool", ...)."""
+        raise NotImplementedError
+
+    def host_bytes(self, arr: Any) -> Any:
+        """arr's elements' raw bytes, C order, as a flat NumPy uint8 array (copied to the host)."""
+        raise NotImplementedError
+
+    def to_host(self, arr: Any) -> Any:
+        """A NumPy copy with the logical dtype (ml_dtypes for bf16/fp8)."""
+        raise NotImplementedError
+
+    def gpu_name(self) -> str | None:
+        """The name of GPU 0 as this framework reports it, or None."""
+        return None
 
     def __repr__(self) -> str:
         return f"<dlbridge adapter {self.name}>"
