@@ -12,6 +12,12 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 CPU_FRAMEWORKS = ("torch", "jax", "numpy")
+# TensorFlow and PaddlePaddle: their pairs with NumPy and torch, both ways (CPU).
+EXTRA_CPU_PAIRS = tuple(
+    (a, b) for x in ("tensorflow", "paddle") for y in ("numpy", "torch") for a, b in ((y, x), (x, y))
+)
+# Imported before anything else when a row needs them: paddle after tensorflow crashes the process.
+IMPORT_FIRST = ("paddle",)
 GPU_FRAMEWORKS = ("torch", "cupy", "jax")
 DTYPES = ("float32", "bfloat16", "float8_e4m3fn")
 UINT_OF = {"float32": "uint32", "bfloat16": "uint16", "float8_e4m3fn": "uint8"}
@@ -83,6 +89,9 @@ def cuda_reason(name: str) -> str | None:
 def native_import(consumer: str) -> Callable[[Any], Any]:
     if consumer == "jax":
         return _mod("jax.numpy").from_dlpack
+    if consumer == "tensorflow":  # TF's from_dlpack takes only a capsule
+        imp = _mod("tensorflow").experimental.dlpack.from_dlpack
+        return lambda x: imp(x.__dlpack__())
     return _mod(consumer).from_dlpack
 
 
@@ -96,10 +105,18 @@ def data_ptr(x: Any) -> int:
         return int(x.unsafe_buffer_pointer())
     if top in ("cupy", "cupy_backends"):
         return int(x.data.ptr)
+    if top == "paddle":
+        return int(x.data_ptr())
+    if top == "tensorflow":  # no public pointer: read it off a capsule (freed unconsumed)
+        from dlbridge._capsule import read
+
+        return read(_mod("tensorflow").experimental.dlpack.to_dlpack(x)).data_ptr
     raise TypeError(f"no data pointer for {type(x)}")
 
 
 def dtype_label(x: Any) -> str:
+    if type(x).__module__.startswith("paddle"):
+        return str(x.dtype).removeprefix("paddle.")  # its dtype's .name is "FLOAT32"
     return str(getattr(x.dtype, "name", x.dtype)).replace("torch.", "")
 
 
@@ -134,6 +151,17 @@ def make_source(producer: str, dtype: str, nbytes: int, device: str) -> tuple[An
         x = jax.device_put((jnp.arange(n, dtype=jnp.float32) % 8).astype(getattr(jnp, dtype)), dev)
         u = jax.lax.bitcast_convert_type(x, getattr(jnp, uint))  # a copy; only its cost matters
         return x.block_until_ready(), u.block_until_ready()
+    if producer == "tensorflow":
+        tf = _mod("tensorflow")
+        if dtype.startswith("float8_"):
+            raise ValueError("TensorFlow cannot export float8 through DLPack")
+        x = tf.constant(make_source("numpy", dtype, nbytes, "cpu")[0])
+        return x, tf.bitcast(x, getattr(tf, uint))
+    if producer == "paddle":
+        paddle = _mod("paddle")
+        x = paddle.to_tensor(make_source("numpy", "float32", n * 4, "cpu")[0]).astype(dtype)
+        # Paddle has no uint16 (bf16 exports natively, so no baseline is needed); fp8 views as uint8.
+        return x, x.view(getattr(paddle, uint)) if uint != "uint16" else x
     if producer == "cupy":
         cp = _mod("cupy")
         if dtype == "float32":
@@ -175,6 +203,8 @@ def cpu_rows(quick: bool) -> list[Row]:
                 rows.append(Row(producer, consumer, "cpu", dtype, KIB))
             if not quick:  # the cost does not grow with size
                 rows.append(Row(producer, consumer, "cpu", "float32", 16 * MIB))
+    for producer, consumer in EXTRA_CPU_PAIRS:
+        rows += [Row(producer, consumer, "cpu", dtype, KIB) for dtype in DTYPES]
     return rows
 
 

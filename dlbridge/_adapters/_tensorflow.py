@@ -12,8 +12,32 @@ from functools import cached_property
 from typing import Any
 
 from .._capabilities import Capabilities
-from .._capsule import read
+from .._capsule import DLPackInfo, read
 from ._base import Adapter
+
+
+# TF imports a CPU buffer at any address without copying, but its kernels CHECK that data is
+# aligned to EIGEN_MAX_ALIGN_BYTES and abort the process otherwise ("Check failed: IsAligned()",
+# tensorflow/core/framework/tensor.cc; tf.cast of a numpy a[1:17] import, probe 2026-11-23,
+# tensorflow 2.21.0). Misaligned CPU data is therefore copied to an aligned buffer first.
+_ALIGN = 64
+
+
+def _aligned_copy(info: DLPackInfo) -> Any:
+    """A capsule of a fresh, 64-byte aligned NumPy copy of a dense CPU capsule's bytes."""
+    import ctypes
+
+    import numpy as np
+
+    from ._numpy import NumpyAdapter, numpy_dtype
+
+    dtype = numpy_dtype(info.dtype)
+    nbytes = info.size * dtype.itemsize
+    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    dense = raw[start : start + nbytes].view(dtype).reshape(info.shape)
+    ctypes.memmove(dense.ctypes.data, info.data_ptr, nbytes)  # dense row-major: one span
+    return NumpyAdapter().export(dense, stream=None, max_version=None)  # relabels bf16 (ml_dtypes)
 
 
 class TensorflowAdapter(Adapter):
@@ -74,6 +98,10 @@ class TensorflowAdapter(Adapter):
         return from_dlpack
 
     def import_capsule(self, capsule: Any, device: tuple[int, int], caps: Capabilities) -> Any:
+        if device[0] == 1:
+            info = read(capsule)
+            if info.data_ptr % _ALIGN and info.size:
+                capsule = _aligned_copy(info)  # the caller's capsule is left unconsumed (freed)
         return self._dlpack.from_dlpack(capsule)
 
     def view(self, arr: Any, dtype: str) -> Any:
