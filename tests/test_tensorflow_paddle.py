@@ -72,7 +72,7 @@ def make_source(framework: str, dtype: str, layout: str) -> tuple[Any, np.ndarra
     if framework == "tensorflow":
         import tensorflow as tf
 
-        return tf.constant(np.ascontiguousarray(expected)), expected  # TF tensors are always dense
+        return tf.constant(np.array(expected, copy=True)), expected  # TF tensors are always dense
     if framework == "paddle":
         import paddle
 
@@ -91,6 +91,20 @@ def make_source(framework: str, dtype: str, layout: str) -> tuple[Any, np.ndarra
     raise ValueError(framework)
 
 
+def aligned_source(framework: str, dtype: str) -> tuple[Any, np.ndarray]:
+    """A dense (3, 4) source whose data is 64-byte aligned (TF shares only such data)."""
+    src, expected = make_source(framework, dtype, "contiguous")
+    if framework == "torch":
+        src = src.clone()  # torch's allocator aligns to 64 bytes; torch_from wraps NumPy memory
+    elif framework == "numpy":
+        raw = np.empty(src.nbytes + 64, np.uint8)
+        start = -raw.ctypes.data % 64
+        src = raw[start : start + src.nbytes].view(src.dtype).reshape(src.shape)
+        src[...] = expected
+    assert ptr(framework, src) % 64 == 0
+    return src, expected
+
+
 def host(framework: str, arr: Any) -> np.ndarray:
     """A NumPy copy of ``arr`` with its logical dtype, read through the framework's own API."""
     from tests._arrays import np_dtype, to_host
@@ -104,7 +118,8 @@ def host(framework: str, arr: Any) -> np.ndarray:
         if not arr.size:
             return np.zeros(tuple(arr.shape), np_dtype(dtype))
         # .numpy() gives bf16 as uint16 and fp8 as int8: read the raw bytes instead.
-        raw = arr.contiguous().reshape([-1]).view(paddle.uint8).numpy()
+        # clone: paddle's .contiguous() rewrites the tensor itself in place.
+        raw = arr.clone().contiguous().reshape([-1]).view(paddle.uint8).numpy()
         return raw.view(np_dtype(dtype)).reshape(tuple(arr.shape))
     return to_host(framework, arr)
 
@@ -207,7 +222,7 @@ def _row_major(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
 def test_float8_to_tensorflow_view_is_zero_copy_and_comes_back_as_float8(dtype: str) -> None:
     torch = need("torch")
     tf = need("tensorflow")
-    src, expected = make_source("torch", dtype, "contiguous")
+    src, expected = aligned_source("torch", dtype)
     view = dlbridge.to_tensorflow(src, fallback="view")
     assert view.dtype == tf.uint8 and ptr("tensorflow", view) == src.data_ptr()
     back = dlbridge.to_torch(view)
@@ -268,7 +283,7 @@ def test_negative_strides_are_copied_densely(consumer: str) -> None:
 def test_writes_are_visible_through_zero_copy(producer: str, consumer: str) -> None:
     _need(producer)
     _need(consumer)
-    src, _ = make_source(producer, "float32", "contiguous")
+    src, _ = aligned_source(producer, "float32")
     out = CONVERT[consumer](src)
     src[0, 0] = 5.5
     assert float(host(consumer, out)[0, 0]) == 5.5
@@ -308,6 +323,18 @@ def test_paddle_cpu_device_tuple_with_none_id_is_read_as_cpu_0() -> None:
 
 
 @child_only
+def test_dense_copy_of_a_strided_paddle_tensor_leaves_it_a_view() -> None:
+    """paddle's Tensor.contiguous() rewrites the tensor itself in place; dlbridge must not."""
+    paddle = need("paddle")
+    need("tensorflow")
+    x = paddle.arange(12, dtype="float32").reshape([3, 4])
+    t = paddle.transpose(x, [1, 0])
+    out = dlbridge.to_tensorflow(t)  # TF takes only C order: a dense copy is exported
+    assert t.data_ptr() == x.data_ptr() and not t.is_contiguous()
+    np.testing.assert_array_equal(out.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4).T)
+
+
+@child_only
 def test_paddle_tensor_that_requires_grad_is_exported_detached() -> None:
     paddle = need("paddle")
     t = paddle.to_tensor([1.0, 2.0], stop_gradient=False)
@@ -330,7 +357,7 @@ def test_convert_accepts_names_aliases_and_modules(to: str) -> None:
     need("torch")
     target = "tensorflow" if to in ("tensorflow", "tf") else "paddle"
     mod = _need(target)
-    src, expected = make_source("torch", "bfloat16", "contiguous")
+    src, expected = aligned_source("torch", "bfloat16")
     out = dlbridge.convert(src, mod if to == "module" else to)
     assert dtype_of(target, out) == "bfloat16" and ptr(target, out) == src.data_ptr()
     np.testing.assert_array_equal(bits(host(target, out)), bits(expected))
@@ -348,7 +375,7 @@ def test_guard_converts_arguments_to_the_framework(framework: str) -> None:
         seen.append(dtype_of(framework, a))
         return a
 
-    src, _ = make_source("torch", "bfloat16", "contiguous")
+    src, _ = aligned_source("torch", "bfloat16")
     out = body(src)
     assert seen == ["bfloat16"]
     assert out.data_ptr() == src.data_ptr() and out.dtype == src.dtype  # back as torch, same memory
@@ -392,8 +419,9 @@ def _child_test_count() -> int | None:
             jax_int64 = "jax" in (p, c) and dtype == "int64"  # x64 is off in the child
             cells += 0 if tf_fp8 or paddle_u16 or jax_int64 else len(LAYOUTS)
     # fp8 view 2, upcast 1, layout error 1, misaligned 4, negative strides 2, writes 4,
-    # read-only 2, device 1, detach 1, TF fp8 source 1, convert names 5, guard 2, adapter hooks 2.
-    return cells + 28
+    # read-only 2, device 1, strided paddle 1, detach 1, TF fp8 source 1, convert names 5, guard 2,
+    # adapter hooks 2.
+    return cells + 29
 
 
 @pytest.mark.skipif(IN_CHILD, reason="this is the child")

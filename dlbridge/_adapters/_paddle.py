@@ -12,6 +12,10 @@ from typing import Any
 from ._base import Adapter, export_capsule
 
 
+def _dense(own: Any) -> Any:
+    return own if own.is_contiguous() else own.contiguous()  # in place: only on a tensor of ours
+
+
 class PaddleAdapter(Adapter):
     name = "paddle"
     module = "paddle"
@@ -59,7 +63,10 @@ class PaddleAdapter(Adapter):
         return arr.clone()
 
     def contiguous(self, arr: Any) -> Any:
-        return arr if arr.is_contiguous() else arr.contiguous()
+        # Never arr.contiguous() on the caller's tensor: paddle makes that very tensor contiguous
+        # in place, in new memory, cutting it off from the views it shared memory with
+        # (probe 2026-11-23, paddlepaddle 3.3.1). A clone comes out dense.
+        return arr if arr.is_contiguous() else _dense(arr.clone())
 
     def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
         if device[0] != 1:
@@ -100,7 +107,7 @@ class PaddleAdapter(Adapter):
         import numpy as np
 
         # .numpy() gives bf16 as uint16 and fp8 as int8: go through the raw bytes instead.
-        raw = arr.contiguous().reshape([-1]).view(self.mod.uint8) if arr.size else arr.astype("uint8")
+        raw = self.contiguous(arr).reshape([-1]).view(self.mod.uint8) if arr.size else arr.astype("uint8")
         return np.array(raw.cpu().numpy(), dtype=np.uint8, copy=True).reshape(-1)
 
     def to_host(self, arr: Any) -> Any:

@@ -15,7 +15,6 @@ from .._capabilities import Capabilities
 from .._capsule import DLPackInfo, read
 from ._base import Adapter
 
-
 # TF imports a CPU buffer at any address without copying, but its kernels CHECK that data is
 # aligned to EIGEN_MAX_ALIGN_BYTES and abort the process otherwise ("Check failed: IsAligned()",
 # tensorflow/core/framework/tensor.cc; tf.cast of a numpy a[1:17] import, probe 2026-11-23,
