@@ -243,6 +243,21 @@ def test_float8_to_tensorflow_upcast_gives_equal_float32_values() -> None:
 
 
 @child_only
+def test_float8_paddle_cannot_hold_goes_by_fallback() -> None:
+    """e4m3fnuz: paddle has no such dtype; view = zero-copy uint8, upcast = equal float32 values."""
+    torch = need("torch")
+    need("paddle")
+    src = torch.tensor([1.0, -2.0, 0.5]).to(torch.float8_e4m3fnuz)
+    with pytest.raises(dlbridge.UnsupportedDtypeError, match=r'paddle cannot hold float8_e4m3fnuz.*fallback="view"'):
+        dlbridge.to_paddle(src)
+    view = dlbridge.to_paddle(src, fallback="view")
+    assert dtype_of("paddle", view) == "uint8" and view.data_ptr() == src.data_ptr()
+    assert dlbridge.to_torch(view).dtype == torch.float8_e4m3fnuz
+    up = dlbridge.to_paddle(src, fallback="upcast")
+    assert dtype_of("paddle", up) == "float32" and up.numpy().tolist() == [1.0, -2.0, 0.5]
+
+
+@child_only
 def test_transposed_source_to_tensorflow_copy_false_raises_layout_error() -> None:
     need("tensorflow")
     src, _ = make_source("numpy", "float32", "transposed")
@@ -420,8 +435,8 @@ def _child_test_count() -> int | None:
             cells += 0 if tf_fp8 or paddle_u16 or jax_int64 else len(LAYOUTS)
     # fp8 view 2, upcast 1, layout error 1, misaligned 4, negative strides 2, writes 4,
     # read-only 2, device 1, strided paddle 1, detach 1, TF fp8 source 1, convert names 5, guard 2,
-    # adapter hooks 2.
-    return cells + 29
+    # adapter hooks 2, paddle fp8 fallbacks 1.
+    return cells + 30
 
 
 @pytest.mark.skipif(IN_CHILD, reason="this is the child")
