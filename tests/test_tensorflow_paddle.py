@@ -269,9 +269,14 @@ def test_transposed_source_to_tensorflow_copy_false_raises_layout_error() -> Non
 @pytest.mark.parametrize("dtype", ["uint8", "bfloat16", "complex128", "bool"])
 def test_misaligned_cpu_data_reaches_tensorflow_as_an_aligned_copy(dtype: str) -> None:
     """TF would share it, then abort the process in its first op ("Check failed: IsAligned()")."""
+    from tests._arrays import np_dtype
+
     tf = need("tensorflow")
-    full = reference(dtype, (40,))
-    a = full[1:33]
+    itemsize = np_dtype(dtype).itemsize
+    raw = np.empty(32 * itemsize + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + itemsize  # one element past a 64-byte boundary
+    a = raw[start : start + 32 * itemsize].view(np_dtype(dtype))
+    a[...] = reference(dtype, (32,))
     assert a.ctypes.data % 64
     out = dlbridge.to_tensorflow(a)
     assert ptr("tensorflow", out) % 64 == 0 and ptr("tensorflow", out) != a.ctypes.data
