@@ -26,7 +26,7 @@ def _python(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
 @pytest.mark.parametrize(
     ("option", "bad", "valid"),
     [
-        ("--frameworks", "mxnet", "valid frameworks: torch, cupy, jax, numpy, tensorflow, paddle"),
+        ("--frameworks", "mxnet", "valid frameworks: torch, cupy, jax, numpy, paddle, tensorflow"),
         ("--devices", "tpu", "valid devices: cpu, cuda"),
         ("--dtypes", "float32,bfloat17", "bfloat16"),
     ],

@@ -469,3 +469,13 @@ def test_to_paddle_after_tensorflow_refuses_instead_of_crashing() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "refused: dlbridge needs paddle" in proc.stdout and "import paddle before tensorflow" in proc.stdout
     assert "paddle imported: False" in proc.stdout
+
+
+@pytest.mark.skipif(IN_CHILD, reason="this is the child")
+def test_registry_lists_paddle_before_tensorflow() -> None:
+    """Code importing the frameworks in registry order (report workers, doctor) must not crash."""
+    from dlbridge._adapters import ADAPTERS
+
+    names = list(ADAPTERS)
+    assert names.index("paddle") < names.index("tensorflow")
+    assert ADAPTERS["paddle"].unsafe_after == ("tensorflow",)

@@ -15,9 +15,11 @@ from ._torch import TorchAdapter
 
 __all__ = ["Adapter", "ADAPTERS", "adapter_named", "adapter_for", "producer_name", "export_capsule"]
 
+# paddle before tensorflow: code that imports the frameworks in this order must not crash
+# (importing paddle after tensorflow does; see PaddleAdapter.unsafe_after).
 ADAPTERS: dict[str, Adapter] = {
     a.name: a
-    for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter(), TensorflowAdapter(), PaddleAdapter())
+    for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter(), PaddleAdapter(), TensorflowAdapter())
 }
 _NAMES: dict[str, Adapter] = {
     **{alias: a for a in ADAPTERS.values() for alias in (a.name, a.module, *a.aliases)},
