@@ -17,6 +17,8 @@ from dlbridge._adapters import ADAPTERS, HOST, adapter_for  # noqa: E402 - needs
 
 CPU_FRAMEWORKS = tuple(name for name, a in ADAPTERS.items() if "cpu" in a.producer_devices)
 GPU_FRAMEWORKS = tuple(name for name, a in ADAPTERS.items() if "cuda" in a.producer_devices)
+# Frameworks whose import must come first (importing them after another module crashes the process).
+IMPORT_FIRST = tuple(name for name, a in ADAPTERS.items() if a.unsafe_after)
 DTYPES = ("float32", "bfloat16", "float8_e4m3fn")
 UINT_OF = {"float32": "uint32", "bfloat16": "uint16", "float8_e4m3fn": "uint8"}
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float8_e4m3fn": 1, "uint32": 4, "uint16": 2, "uint8": 1}

@@ -46,6 +46,7 @@ from _cases import (  # noqa: E402 - needs HERE on sys.path
     CPU_FRAMEWORKS,
     GIB,
     GPU_FRAMEWORKS,
+    IMPORT_FIRST,
     KIB,
     MIB,
     ROOT,
@@ -103,6 +104,18 @@ def versions() -> dict[str, str]:
             out[name] = str(_mod(name).__version__)
         except Exception:
             out[name] = "not installed"
+    from importlib.metadata import PackageNotFoundError, version
+
+    from dlbridge._adapters import ADAPTERS
+
+    for name in ("tensorflow", "paddle"):  # read from metadata: importing TF costs seconds
+        out[name] = "not installed"
+        for dist in ADAPTERS[name].distributions:
+            try:
+                out[name] = version(dist)
+                break
+            except PackageNotFoundError:
+                continue
     return out
 
 
@@ -143,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         wanted = [w for w in args.only.split(",") if w]
         rows = [r for r in rows if any(w in f"{r.producer}->{r.consumer} {r.dtype} {r.device}" for w in wanted)]
+    used = {name for r in rows for name in (r.producer, r.consumer)}
+    for name in IMPORT_FIRST:
+        if name in used:
+            _available(name)  # imports it (if it can), before any row imports tensorflow
     on_gpu = {name for r in rows if r.device == "cuda" for name in (r.producer, r.consumer)}
     cuda_why = {name: cuda_reason(name) for name in GPU_FRAMEWORKS if name in on_gpu}
     print(HEADER)

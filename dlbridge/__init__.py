@@ -1,4 +1,5 @@
-"""dlbridge: zero-copy, dtype-safe tensor handoff between PyTorch, CuPy, JAX and NumPy via DLPack."""
+"""dlbridge: zero-copy, dtype-safe tensor handoff between PyTorch, CuPy, JAX, NumPy,
+TensorFlow and PaddlePaddle via DLPack."""
 
 __all__ = [
     "__version__",
@@ -6,6 +7,8 @@ __all__ = [
     "to_cupy",
     "to_jax",
     "to_numpy",
+    "to_tensorflow",
+    "to_paddle",
     "convert",
     "inspect",
     "guard",
@@ -36,6 +39,8 @@ from ._api import convert as convert
 from ._api import to_cupy as to_cupy
 from ._api import to_jax as to_jax
 from ._api import to_numpy as to_numpy
+from ._api import to_paddle as to_paddle
+from ._api import to_tensorflow as to_tensorflow
 from ._api import to_torch as to_torch
 from ._capsule import DLPackInfo as DLPackInfo
 from ._convert import inspect as inspect

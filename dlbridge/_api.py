@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from ._types import DeviceLike, DTypeLike, FallbackOption, SupportsDLPack
 
-__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "convert", "capabilities"]
+__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "to_tensorflow", "to_paddle", "convert", "capabilities"]
 
 # ``x`` is typed ``SupportsDLPack | Any``: any DLPack array, but also a raw capsule or a producer older
 # than DLPack 1.0 (``__dlpack__(stream=)`` only); anything else raises NotAnArrayError at run time.
@@ -58,6 +58,26 @@ def to_numpy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN
     result: numpy.ndarray[Any, Any] = _convert(
         x, ADAPTERS["numpy"], resolve_fallback(fallback), dtype, device, copy, stream
     )
+    return result
+
+
+def to_tensorflow(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+                  dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+                  stream: int | None = None) -> tensorflow.Tensor:  # fmt: skip
+    """``x`` as a ``tf.Tensor`` (zero-copy where TensorFlow can share the buffer; it takes only
+    dense row-major layouts, so others are copied densely first)."""
+    result: tensorflow.Tensor = _convert(
+        x, ADAPTERS["tensorflow"], resolve_fallback(fallback), dtype, device, copy, stream
+    )
+    return result
+
+
+def to_paddle(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+              dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+              stream: int | None = None) -> paddle.Tensor:  # fmt: skip
+    """``x`` as a ``paddle.Tensor``: same memory and true dtype where Paddle can hold it. Raises
+    MissingFrameworkError instead of importing paddle after tensorflow (that crashes the process)."""
+    result: paddle.Tensor = _convert(x, ADAPTERS["paddle"], resolve_fallback(fallback), dtype, device, copy, stream)
     return result
 
 

@@ -32,6 +32,7 @@ FEATURES = (
     "raw_capsules",  # its from_dlpack takes a bare PyCapsule
     "versioned_capsules",  # it reads "dltensor_versioned"
     "compact_only",  # it refuses strides that are not a permutation of a dense layout
+    "c_order_only",  # it refuses every layout but dense row-major (C order)
     "readonly_arrays",  # it can give back a read-only array for a READ_ONLY capsule
     "negative_strides",  # it imports negative strides correctly
     "offset_needs_strides",  # it refuses a non-zero byte_offset when strides is NULL (legal DLPack)
@@ -145,6 +146,73 @@ TABLE: tuple[Row, ...] = (
     _r(
         "numpy", "negative_strides", source="NumPy arrays hold negative strides; np.from_dlpack copies strides as given"
     ),
+    # --- tensorflow (tf.experimental.dlpack.from_dlpack; rows checked by tests/test_tensorflow.py) ---
+    _r(
+        "tensorflow",
+        "imports",
+        _CORE,
+        "2.2",
+        source="TF 2.2 notes: tf.experimental.dlpack; tensorflow/c/eager/dlpack.cc type table",
+    ),
+    _r(
+        "tensorflow",
+        "imports",
+        {"bfloat16", "bool"},
+        "2.21",
+        source="tensorflow/c/eager/dlpack.cc (kDLBfloat, kDLBool); probe 2026-11-23 (tensorflow 2.21.0): "
+        "shared zero-copy (first version checked)",
+    ),
+    # fp8: absent. dlpack.cc has no codes 7-17 ("Unsupported Type Codes: 10"), and tf.bitcast
+    # does not take tf.dtypes.experimental.float8_* (probe 2026-11-23, tensorflow 2.21.0).
+    _r(
+        "tensorflow",
+        "raw_capsules",
+        source="tensorflow/python/dlpack/dlpack.py: from_dlpack takes only a 'dltensor' PyCapsule",
+    ),
+    # versioned_capsules: absent. TFE_FromDlpackCapsule reads 'dltensor' only, and
+    # EagerTensor.__dlpack__ ignores max_version (tensorflow/python/framework/ops.py).
+    _r(
+        "tensorflow",
+        "c_order_only",
+        source="tensorflow/c/eager/dlpack.cc IsValidStrideCompactRowMajorData: 'Invalid strides array "
+        "from DLPack' for transposed, sliced, broadcast or negative strides; probe 2026-11-23 (tensorflow 2.21.0)",
+    ),
+    _r("tensorflow", "readonly_arrays", source="tf.Tensor is immutable (no in-place writes through its API)"),
+    # --- paddle (paddle.from_dlpack; rows checked by tests/test_paddle.py) ------------------------
+    _r(
+        "paddle",
+        "imports",
+        _CORE - _WIDE_UINTS,
+        "2.0",
+        source="Paddle 2.0 notes: paddle.utils.dlpack; paddle/fluid/framework/dlpack_tensor.cc type table",
+    ),
+    _r(
+        "paddle",
+        "imports",
+        {"uint32", "uint64", "bfloat16", "bool"},
+        "3.3",
+        source="paddle/fluid/framework/dlpack_tensor.cc; probe 2026-11-23 (paddlepaddle 3.3.1): shared "
+        "zero-copy (first version checked)",
+    ),
+    # uint16: absent on purpose. Paddle imports DLPack uint16 as its bfloat16 (it stores bf16 as
+    # uint16): different values under the same bits (probe 2026-11-23, paddlepaddle 3.3.1).
+    _r(
+        "paddle",
+        "imports",
+        {"float8_e4m3fn", "float8_e5m2"},
+        "3.3",
+        source="Paddle PR #75205 (DLPack 1.1: fp8 codes); probe 2026-11-23 (paddlepaddle 3.3.1)",
+    ),
+    _r("paddle", "raw_capsules", source="python/paddle/utils/dlpack.py: from_dlpack takes a PyCapsule"),
+    _r(
+        "paddle",
+        "versioned_capsules",
+        since="3.3",
+        source="Paddle PR #75205 (DLPack 1.1, versioned capsules, max_version); probe 2026-11-23 (paddlepaddle 3.3.1)",
+    ),
+    # negative_strides: absent. paddle 3.3.1 computes a 2**64-byte size for numpy's a[::-1] and
+    # raises MemoryError; readonly_arrays: absent, it ignores READ_ONLY and writes through
+    # (probe 2026-11-23, paddlepaddle 3.3.1). Other strides (transposed, sliced, 0) are shared.
 )
 
 CONSUMERS = tuple(dict.fromkeys(row.consumer for row in TABLE))
@@ -159,6 +227,7 @@ class Capabilities(NamedTuple):
     raw_capsules: bool
     versioned_capsules: bool
     compact_only: bool
+    c_order_only: bool
     readonly_arrays: bool
     negative_strides: bool
     offset_needs_strides: bool

@@ -274,9 +274,25 @@ def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
         return info.byte_offset != 0 and caps.offset_needs_strides
     if strides == c_strides(info.shape):
         return False  # dense C order (the common case): no negative strides, compact
+    if caps.c_order_only:
+        return not _row_major(info.shape, strides)
     if info.has_negative_strides() and not caps.negative_strides:
         return True
     return caps.compact_only and not info.is_compact()
+
+
+def _row_major(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Dense C order, ignoring the strides of size-1 dimensions and of empty arrays (as
+    tensorflow/c/eager/dlpack.cc IsValidStrideCompactRowMajorData and torch's is_contiguous do:
+    a dense copy of such an array would come back with the same strides)."""
+    if 0 in shape:
+        return True
+    expected = 1
+    for n, stride in zip(reversed(shape), reversed(strides)):
+        if n != 1 and stride != expected:
+            return False
+        expected *= n
+    return True
 
 
 def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter, why: str) -> str:

@@ -6,6 +6,7 @@ and the facts the benchmark reports that do not depend on speed (the plan, zero-
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -57,6 +58,22 @@ def test_quick_run_parses(tmp_path: Path) -> None:
     if data["cuda"]["torch"] != "available" or data["cuda"]["cupy"] != "available":
         assert all(r["skipped"] for r in cuda_rows)
         assert "torch->cupy     cuda (all dtypes, sizes) skipped:" in stdout
+
+
+def test_tensorflow_and_paddle_rows_are_zero_copy(tmp_path: Path) -> None:
+    """One process with both: the benchmark imports paddle first (the other order crashes)."""
+    for name in ("tensorflow", "paddle", "torch", "ml_dtypes"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed")
+    _, data = run_bench(tmp_path, "--no-import", "--only", "torch->tensorflow,paddle->numpy,tensorflow->torch")
+    rows = {(r["producer"], r["consumer"], r["dtype"]): r for r in data["rows"]}
+    assert data["versions"]["tensorflow"] != "not installed" and data["versions"]["paddle"] != "not installed"
+    for pair in (("torch", "tensorflow"), ("paddle", "numpy"), ("tensorflow", "torch")):
+        row = rows[(*pair, "float32")]
+        assert not row["skipped"] and row["zero_copy_dlbridge"] is True, row
+    assert rows[("torch", "tensorflow", "float8_e4m3fn")]["mode"] == "view"
+    assert rows[("paddle", "numpy", "bfloat16")]["mode"] == "reinterpret"
+    assert "cannot export float8" in rows[("tensorflow", "torch", "float8_e4m3fn")]["skipped"]
 
 
 def test_import_section_parses(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ from ._base import Adapter, AsIs, export_capsule
 from ._cupy import CupyAdapter
 from ._jax import JaxAdapter
 from ._numpy import NumpyAdapter
+from ._paddle import PaddleAdapter
+from ._tensorflow import TensorflowAdapter
 from ._torch import TorchAdapter
 
 __all__ = [
@@ -25,7 +27,12 @@ __all__ = [
     "export_capsule",
 ]
 
-ADAPTERS: dict[str, Adapter] = {a.name: a for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter())}
+# paddle before tensorflow: code that imports the frameworks in this order must not crash
+# (importing paddle after tensorflow does; see PaddleAdapter.unsafe_after).
+ADAPTERS: dict[str, Adapter] = {
+    a.name: a
+    for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter(), PaddleAdapter(), TensorflowAdapter())
+}
 _NAMES: dict[str, Adapter] = {
     **{alias: a for a in ADAPTERS.values() for alias in (a.name, a.module, *a.aliases)},
     "jax.numpy": ADAPTERS["jax"],

@@ -132,6 +132,14 @@ class Adapter:
     def mod(self) -> Any:
         import importlib
 
+        if self.module not in sys.modules:
+            crashers = [m for m in self.unsafe_after if m in sys.modules]
+            if crashers:
+                raise MissingFrameworkError(
+                    f"dlbridge needs {self.module} for this conversion, but {', '.join(crashers)} is already "
+                    f"imported in this process, and importing {self.module} after it crashes the process; "
+                    f"import {self.module} before {crashers[0]} (e.g. at the top of your program)"
+                )
         try:
             return importlib.import_module(self.module)
         except ImportError as err:
