@@ -106,6 +106,8 @@ def lookup(name: object) -> DType | None:
     if found is None:
         full = canonical(text.rpartition(".")[2])  # "module.bfloat16", "bf16"
         found = BY_NAME.get(full) if full is not None else None
+    if found is None and not isinstance(name, str) and text != str(name):
+        return lookup(str(name))  # a ``.name`` in another spelling ("BFLOAT16"): its printed form
     return found
 
 

@@ -13,7 +13,13 @@ from dlbridge._adapters import ADAPTERS
 DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "bool", "complex64", "uint16", "int64")
 LAYOUTS = ("contiguous", "transposed", "sliced", "0-d", "empty")
 # Every framework in the registry that makes arrays on the CPU (tests skip the ones not installed).
-FRAMEWORKS = tuple(name for name, a in ADAPTERS.items() if "cpu" in a.producer_devices)
+# Frameworks with an import-order hazard (``Adapter.unsafe_after``) and the modules they must not follow
+# have their own matrix, run in a child process (tests/test_tensorflow_paddle.py); the in-process
+# matrix covers the rest of the registry.
+_CHILD_ONLY = {n for n, a in ADAPTERS.items() if a.unsafe_after} | {
+    n for n, a in ADAPTERS.items() for b in ADAPTERS.values() if a.module in b.unsafe_after
+}
+FRAMEWORKS = tuple(name for name, a in ADAPTERS.items() if "cpu" in a.producer_devices and name not in _CHILD_ONLY)
 
 
 def np_dtype(name: str) -> np.dtype:

@@ -20,7 +20,24 @@ __all__ = ["need", "cuda_reason", "cuda", "run_child", "readme_block", "pytest_p
 
 
 def need(name: str):
-    """Import a framework or skip the test with the reason."""
+    """Import a framework or skip the test with the reason.
+
+    Import order is respected the way the adapters declare it (``Adapter.unsafe_after``): before a
+    module some framework must not follow, that framework is imported first where it is installed;
+    a framework whose forbidden predecessor is already loaded is skipped, never imported (a crash).
+    """
+    import importlib.util
+
+    from dlbridge._adapters import ADAPTERS
+
+    for adapter in ADAPTERS.values():
+        if name in adapter.unsafe_after and adapter.module not in sys.modules and name not in sys.modules:
+            if importlib.util.find_spec(adapter.module) is not None:
+                importlib.import_module(adapter.module)
+        if adapter.module == name and name not in sys.modules:
+            loaded = [m for m in adapter.unsafe_after if m in sys.modules]
+            if loaded:
+                pytest.skip(f"{name} cannot be imported after {loaded[0]} in one process (it crashes)")
     return pytest.importorskip(name, reason=f"{name} is not installed")
 
 

@@ -29,11 +29,16 @@ def test_make_array_keeps_dtype_and_bits_and_reads_back(name: str, dtype: str) -
         arr = adapter.make_array(ref, "cpu")
     except Exception as err:  # a framework that cannot hold the dtype says so by raising
         pytest.skip(f"{name} cannot make {dtype}: {err}")
-    if adapter.dtype_str(arr) != dtype:
-        pytest.skip(f"{name} makes {adapter.dtype_str(arr)} for {dtype} (JAX without x64)")
+    if adapter.dtype_str(arr) != dtype:  # JAX without x64 (int64), paddle (uint16 is its bfloat16)
+        pytest.skip(f"{name} makes {adapter.dtype_str(arr)} when asked for {dtype}")
     assert adapter.dtype_str(arr) == dtype
     assert adapter.device_of(arr) == (1, 0)
-    assert dlbridge.inspect(arr).dtype == dtype
+    try:
+        info = dlbridge.inspect(arr)
+    except dlbridge.ProducerError as err:  # TensorFlow holds float8 but cannot export it
+        assert "not supported" in str(err)
+        pytest.skip(f"{name} makes {dtype} but cannot export it: {err}")
+    assert info.dtype == dtype
     np.testing.assert_array_equal(adapter.host_bytes(arr), np.ascontiguousarray(ref).view(np.uint8).reshape(-1))
     host = adapter.to_host(arr)
     assert host.dtype == ref.dtype
