@@ -9,7 +9,6 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, NamedTuple
 
-from . import _logical
 from ._adapters import ADAPTERS
 from ._capabilities import Capabilities, missing_requirements
 from ._capsule import DLPackInfo
@@ -30,7 +29,7 @@ class Plan(NamedTuple):
 
 def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: Any = None, target: str = "") -> Plan:
     """Decide how ``info`` reaches a consumer with ``caps``; raises UnsupportedDtypeError."""
-    logical = info.dtype if dtype is None and info.code != 1 else _logical_dtype(info, dtype)
+    logical = info.dtype if dtype is None else _logical_dtype(info, dtype)
     if logical in caps.imports:
         return native_plan(logical)
     width = BY_NAME[logical].width if logical in BY_NAME else info.bits * info.lanes
@@ -54,22 +53,17 @@ def _upcastable(logical: str) -> bool:
 
 
 def _logical_dtype(info: DLPackInfo, dtype: Any) -> str:
-    if dtype is not None:
-        wanted = lookup(dtype)
-        if wanted is None:
-            valid = ", ".join(BY_NAME)
-            raise OptionError(f"dtype={dtype!r} is not a dtype dlbridge knows; expected one of: {valid}")
-        if wanted.width != info.bits * info.lanes:
-            raise OptionError(
-                f"dtype={dtype!r} ({wanted.width} bits) cannot reinterpret {info.describe()} "
-                f"({info.bits * info.lanes} bits): dtype= relabels memory and needs the same width"
-            )
-        return _name_of(wanted)
-    if info.code == 1:  # an unsigned view may carry a remembered logical dtype
-        remembered = _logical.recall(info)
-        if remembered is not None:
-            return remembered
-    return info.dtype
+    """``dtype=`` (the caller's, or a view's remembered one) checked against the capsule's width."""
+    wanted = lookup(dtype)
+    if wanted is None:
+        valid = ", ".join(BY_NAME)
+        raise OptionError(f"dtype={dtype!r} is not a dtype dlbridge knows; expected one of: {valid}")
+    if wanted.width != info.bits * info.lanes:
+        raise OptionError(
+            f"dtype={dtype!r} ({wanted.width} bits) cannot reinterpret {info.describe()} "
+            f"({info.bits * info.lanes} bits): dtype= relabels memory and needs the same width"
+        )
+    return _name_of(wanted)
 
 
 def _name_of(d: DType) -> str:
