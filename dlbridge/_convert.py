@@ -39,6 +39,7 @@ from ._errors import (
     ReadOnlyError,
     UnsupportedDtypeError,
 )
+from ._logical import _entries as _views  # mutated in place, never rebound
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
 from ._plan import Plan, native_plan, plan_for
 
@@ -92,7 +93,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
             f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {cls.__module__}."
             f"{cls.__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
         )
-    if dtype is None and _logical._entries and id(x) in _logical._entries:  # x may be a view dlbridge made
+    if dtype is None and _views and id(x) in _views:  # x may be a view dlbridge made (none: one dict test)
         dtype = _logical.recall(x, inspect(x))  # its own memory (the export below may be a copy)
     src_dev = device_of(x)
     # Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA memory to a CUDA one:

@@ -35,7 +35,7 @@ class _Entry(NamedTuple):
     memory: _Memory
 
 
-_entries: dict[int, _Entry] = {}  # id(view) -> entry; empty whenever no view is alive
+_entries: dict[int, _Entry] = {}  # id(view) -> entry; empty when no view lives; never rebound (_convert holds it)
 _lock = threading.Lock()
 
 

@@ -201,3 +201,26 @@ def test_unknown_producers_non_compact_fp4x2_into_jax_with_view_is_a_remembered_
     del j, back
     gc.collect()
     assert p.exports == p.deleter_calls
+
+
+def test_a_guard_bodys_result_gets_the_views_dtype_from_the_guard_not_from_memory() -> None:
+    """The guard relabels a body's unsigned result as its view argument's dtype on the way back;
+    with ``returns=None`` the result is the body's own plain array, derived from the view."""
+    src = _fp4(8)
+
+    @dlbridge.guard("numpy", fallback="view")
+    def tail(x: np.ndarray) -> np.ndarray:
+        return x[1:]
+
+    out = tail(src)
+    assert out.dtype == torch.float4_e2m1fn_x2 and out.data_ptr() == src.data_ptr() + 1
+    assert out.view(torch.uint8).tolist() == src.view(torch.uint8).tolist()[1:]
+
+    @dlbridge.guard("numpy", fallback="view", returns=None)
+    def raw_tail(x: np.ndarray) -> np.ndarray:
+        return x[1:]
+
+    r = raw_tail(src)
+    assert r.dtype == np.uint8 and r.ctypes.data == src.data_ptr() + 1
+    plain = dlbridge.to_torch(r)
+    assert plain.dtype == torch.uint8 and plain.data_ptr() == src.data_ptr() + 1
