@@ -49,6 +49,7 @@ from ._errors import (
     ReadOnlyError,
     UnsupportedDtypeError,
 )
+from ._logical import _entries as _views  # mutated in place, never rebound
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
 from ._plan import Plan, native_plan, plan_for
 from ._sizes import check_copy_size, copied, size_text
@@ -103,6 +104,8 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
             f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {cls.__module__}."
             f"{cls.__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
         )
+    if dtype is None and _views and id(x) in _views:  # x may be a view dlbridge made (none: one dict test)
+        dtype = _logical.recall(x, inspect(x))  # its own memory (the export below may be a copy)
     src_dev = device_of(x, source)
     # Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA memory to a CUDA one:
     # shared as such, the capsule's device relabelled (DEVICE_ALIASES).
@@ -140,9 +143,12 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         if copy is False:
             raise LayoutError(_layout_message(info, caps, target, ", which copy=False forbids. Pass copy=None."))
         del capsule  # unconsumed: the producer's destructor frees it
-        if dtype is None and info.code == 1:  # a fallback="view" view: its dense copy is the same data
-            dtype = _logical.recall(info)
-        dense = _dense_source(x, source, info, target)
+        # Decide the dtype first: an unsupported one raises before any copy is made, and the dense
+        # copy (a new object, which a view's memory does not follow) is told what the data is.
+        plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
+        dense, relabelled = _dense_source(x, source, info, target)
+        if dtype is None:
+            dtype = relabelled
         # A dense array at another address is already the copy copy=True asks for, and the target
         # may copy it once more (JAX, misaligned) without harm: copy=None. At the same address
         # (only re-exported, e.g. NumPy dropping a byte_offset) the caller's copy= still applies.
@@ -246,6 +252,9 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
         return copied(result, target, info) if copy is True else result
     if copy is True and plan.mode != "upcast":  # copy first: a view remembers the copy's memory
         return _finish(copied(result, target, info), plan, target, None)
+    if plan.mode == "view" and (info.strides not in (None, c_strides(info.shape)) or
+                                (info.size and target.data_ptr(result) != info.data_ptr)):  # fmt: skip
+        return _finish(result, plan, target, None)  # not plainly the capsule's memory (JAX copied it)
     return _finish(result, plan, target, info)
 
 
@@ -253,6 +262,7 @@ def _finish(result: Any, plan: Plan, target: Adapter, info: DLPackInfo | None) -
     """Turn what the target imported (``plan.wire``) into what the caller gets (``plan.logical``).
 
     ``info`` describes ``result``'s memory (None: inspect it). An upcast returns a fresh copy.
+    A view's logical dtype is recorded for ``result`` itself, the object the caller is handed.
     """
     if plan.mode == "reinterpret":
         return target.view(result, plan.logical)
@@ -304,13 +314,19 @@ def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter, why: 
     )
 
 
-def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter) -> Any:
+def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter) -> tuple[Any, str | None]:
+    """A dense copy of ``x``, and the dtype its bits have when the copy's own dtype differs."""
     check_copy_size(info, target.name, f"the dense copy {target.name} needs")
     try:
         if source is not None:
-            return source.contiguous(x)
-        if info.device_code == 1:
-            return HOST.contiguous(_convert(x, HOST, "view", None, None, None, None))
+            return source.contiguous(x), None
+        if info.device_code == 1:  # through the host: as raw unsigned bits where it cannot hold the dtype
+            caps = HOST.capabilities()
+            if info.dtype in caps.imports or info.dtype in caps.holds:
+                return HOST.contiguous(_convert(x, HOST, "raise", None, None, None, None)), None
+            bits = unsigned_of_width(info.bits * info.lanes)
+            host = _convert(x, HOST, "raise", bits, None, None, None)
+            return HOST.contiguous(host), info.dtype if info.dtype in BY_NAME else None
     except MemoryError as err:
         raise LayoutError(
             f"to_{target.name}(): the dense copy {target.name} needs of {info.describe()} "

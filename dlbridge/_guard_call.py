@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from types import CoroutineType, GeneratorType
 from typing import Any
 
+from . import _logical
 from ._adapters import Adapter, adapter_for
 from ._capsule import DEVICE_ALIASES, alias_device, device_name
 from ._convert import _convert, inspect
@@ -287,7 +288,8 @@ class _Call:
                 f'{where_ok[0]}, or drop convert=False and pass device="{where_ok[0]}" to the guard'
             )
         try:
-            plan_for(inspect(x), spec.target.capabilities(), "raise", None, spec.target.name)
+            info = inspect(x)
+            plan_for(info, spec.target.capabilities(), "raise", _logical.recall(x, info), spec.target.name)
         except DLBridgeError as err:
             hint = " convert=False converts nothing: drop it to let the guard convert with that fallback."
             raise in_context(err, spec, where, x, hint if "fallback=" in str(err) else "") from None

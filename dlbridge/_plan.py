@@ -9,7 +9,6 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, NamedTuple
 
-from . import _logical
 from ._adapters import ADAPTERS
 from ._capabilities import Capabilities, missing_requirements
 from ._capsule import DLPackInfo
@@ -30,7 +29,7 @@ class Plan(NamedTuple):
 
 def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: Any = None, target: str = "") -> Plan:
     """Decide how ``info`` reaches a consumer with ``caps``; raises UnsupportedDtypeError."""
-    logical = info.dtype if dtype is None and info.code != 1 else _logical_dtype(info, dtype)
+    logical = info.dtype if dtype is None else _logical_dtype(info, dtype)
     if logical in caps.imports:
         return native_plan(logical)
     width = BY_NAME[logical].width if logical in BY_NAME else info.bits * info.lanes
@@ -56,31 +55,26 @@ def _upcastable(logical: str) -> bool:
 
 
 def _logical_dtype(info: DLPackInfo, dtype: Any) -> str:
-    if dtype is not None:
-        wanted = lookup(dtype)
-        if wanted is None:
-            valid = ", ".join(BY_NAME)
-            raise OptionError(f"dtype={dtype!r} is not a dtype dlbridge knows; expected one of: {valid}")
-        if wanted == BY_NAME["bool"] and info.dtype != "bool":
-            # Bytes other than 0/1 labelled bool give wrong results (JAX: x ^ True, x & True; probe
-            # 2026-11-23, jax 0.10.2). Checking them would read all the data, and could not hold:
-            # the memory stays shared, so the source can write a 2 right after the check.
-            raise OptionError(
-                f'dtype="bool" cannot reinterpret {info.describe()}: only bytes 0 and 1 are valid bools, '
-                "and consumers compute wrong results on others. Convert without dtype= and compare "
-                "instead (x != 0), which makes a real bool array."
-            )
-        if wanted.width != info.bits * info.lanes:
-            raise OptionError(
-                f"dtype={dtype!r} ({wanted.width} bits) cannot reinterpret {info.describe()} "
-                f"({info.bits * info.lanes} bits): dtype= relabels memory and needs the same width"
-            )
-        return _name_of(wanted)
-    if info.code == 1:  # an unsigned view may carry a remembered logical dtype
-        remembered = _logical.recall(info)
-        if remembered is not None:
-            return remembered
-    return info.dtype
+    """``dtype=`` (the caller's, or a view's remembered one) checked against the capsule's width."""
+    wanted = lookup(dtype)
+    if wanted is None:
+        valid = ", ".join(BY_NAME)
+        raise OptionError(f"dtype={dtype!r} is not a dtype dlbridge knows; expected one of: {valid}")
+    if wanted == BY_NAME["bool"] and info.dtype != "bool":
+        # Bytes other than 0/1 labelled bool give wrong results (JAX: x ^ True, x & True; probe
+        # 2026-11-23, jax 0.10.2). Checking them would read all the data, and could not hold:
+        # the memory stays shared, so the source can write a 2 right after the check.
+        raise OptionError(
+            f'dtype="bool" cannot reinterpret {info.describe()}: only bytes 0 and 1 are valid bools, '
+            "and consumers compute wrong results on others. Convert without dtype= and compare "
+            "instead (x != 0), which makes a real bool array."
+        )
+    if wanted.width != info.bits * info.lanes:
+        raise OptionError(
+            f"dtype={dtype!r} ({wanted.width} bits) cannot reinterpret {info.describe()} "
+            f"({info.bits * info.lanes} bits): dtype= relabels memory and needs the same width"
+        )
+    return _name_of(wanted)
 
 
 def _name_of(d: DType) -> str:

@@ -31,9 +31,13 @@ def need(name: str):
     from dlbridge._adapters import ADAPTERS
 
     for adapter in ADAPTERS.values():
-        if name in adapter.unsafe_after and adapter.module not in sys.modules and name not in sys.modules:
-            if importlib.util.find_spec(adapter.module) is not None:
-                importlib.import_module(adapter.module)
+        if (
+            name in adapter.unsafe_after
+            and adapter.module not in sys.modules
+            and name not in sys.modules
+            and importlib.util.find_spec(adapter.module) is not None
+        ):
+            importlib.import_module(adapter.module)
         if adapter.module == name and name not in sys.modules:
             loaded = [m for m in adapter.unsafe_after if m in sys.modules]
             if loaded:

@@ -59,14 +59,18 @@ def test_a_copied_view_remembers_the_copy() -> None:
     np.testing.assert_array_equal(bits(np.asarray(back)), bits(np.asarray(x)))
 
 
-def test_the_memory_is_forgotten_when_the_view_dies() -> None:
-    x = _b11()
-    v = dlbridge.to_torch(x, fallback="view")
-    info = dlbridge.inspect(v)
-    del v
+def test_the_record_dies_with_the_view() -> None:
     from dlbridge import _logical
 
-    assert _logical.recall(info) is None
+    x = _b11()
+    before = len(_logical._entries)
+    v = dlbridge.to_torch(x, fallback="view")
+    assert len(_logical._entries) == before + 1
+    again = np.asarray(x).view(np.uint8)  # another object over the same memory: never relabelled
+    assert again.ctypes.data == v.data_ptr() and dlbridge.to_numpy(again).dtype == np.uint8
+    del v
+    assert len(_logical._entries) == before
+    assert dlbridge.to_numpy(again).dtype == np.uint8
 
 
 def test_a_plain_uint8_tensor_is_not_mistaken_for_a_view() -> None:
