@@ -26,6 +26,7 @@ from ._capsule import (
     read,
     relabel,
     relabel_device,
+    set_c_strides,
 )
 from ._devices import check_device, device_of, parse_device, stream_for
 from ._dtypes import BY_NAME, decode_table, unsigned_of_width
@@ -191,6 +192,8 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
         relabel(capsule, BY_NAME[plan.wire])
     if device_to is not None:
         relabel_device(capsule, device_to)
+    if caps.row_major_only and info.strides is not None and info.strides != c_strides(info.shape):
+        set_c_strides(capsule, info.shape)  # C order up to size-1 dimensions, said literally
     if plan.wire not in caps.imports:  # the invariant that keeps crash-prone consumers alive
         raise UnsupportedDtypeError(
             f"to_{target.name}(): internal plan {plan} would hand {caps.consumer} a dtype it rejects"
@@ -242,6 +245,8 @@ def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
         return False  # dense C order (the common case): no negative strides, compact
     if info.has_negative_strides() and not caps.negative_strides:
         return True
+    if caps.row_major_only:  # transposed layouts: refused or misread (see the capability row)
+        return not info.is_c_contiguous()
     return caps.compact_only and not info.is_compact()
 
 
@@ -271,13 +276,19 @@ def _export(x: Any, source: Adapter | None, stream: int | None, max_version: tup
             capsule = source.export(x, stream=stream, max_version=max_version)
         else:
             capsule = export_capsule(x, stream=stream, max_version=max_version)
+    except DLBridgeError:
+        raise  # the adapter's own refusal (e.g. a dtype its producer cannot export)
     except BufferError as err:
         if "readonly" in str(err).lower() or "read-only" in str(err).lower():
             if copy is True:  # a legacy-only consumer: let the producer make a writable copy
                 return _export_copy(x, source, stream, max_version, err)
+            why = (
+                "the consumer reads only legacy capsules, which cannot say so"
+                if max_version is None
+                else "its producer cannot mark a DLPack capsule read-only"  # e.g. NumPy < 2.1
+            )
             raise ReadOnlyError(
-                f"{type(x).__name__} is read-only and the consumer reads only legacy capsules, which cannot "
-                "say so; pass copy=True, or make the array writeable"
+                f"{type(x).__name__} is read-only and {why}; pass copy=True, or make the array writeable"
             ) from err
         raise CapsuleError(f"{type(x).__name__}.__dlpack__() failed: {type(err).__name__}: {err}") from err
     except Exception as err:

@@ -16,6 +16,14 @@ def need(name: str):
     return pytest.importorskip(name, reason=f"{name} is not installed")
 
 
+def caps_of(name: str):
+    """The capability table's row for the installed ``name`` (skips the test when it is missing):
+    tests that depend on a version ask it rather than assume today's versions."""
+    from dlbridge._capabilities import capabilities
+
+    return capabilities(name, need(name).__version__)
+
+
 def cuda_reason() -> str | None:
     """Why CUDA tests cannot run here (None when they can)."""
     try:

@@ -109,8 +109,9 @@ class Adapter:
 
     def import_capsule(self, capsule: Any, device: tuple[int, int], caps: Capabilities) -> Any:
         """Hand a ready capsule to the consumer: bare where it takes raw capsules (cheapest; the
-        handshake is already done), else wrapped in a single-use ``Carrier``."""
-        if caps.raw_capsules:
+        handshake is already done), else wrapped in a single-use ``Carrier`` (also where bare
+        capsules are deprecated: JAX 0.4.35-0.7.1 warn on each one)."""
+        if caps.raw_capsules and not caps.raw_capsules_deprecated:
             return self._from_dlpack(capsule)
         return self._from_dlpack(Carrier(capsule, device))
 

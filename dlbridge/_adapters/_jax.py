@@ -4,8 +4,10 @@ from functools import cached_property
 from typing import Any
 
 from .._capabilities import Capabilities
-from .._capsule import GPU_CODES
-from ._base import Adapter
+from .._capsule import GPU_CODES, relabel
+from .._dtypes import BY_NAME
+from .._errors import UnsupportedDtypeError
+from ._base import Adapter, export_capsule
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
 
@@ -71,6 +73,18 @@ class JaxAdapter(Adapter):
         # What jax.dlpack.from_dlpack itself passes to the producer.
         return self._device(device).get_stream_for_external_ready_events()
 
+    def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+        if self.caps.cannot_export and obj.dtype.name in self.caps.cannot_export:
+            raise UnsupportedDtypeError(
+                f"JAX {self.version} cannot export {obj.dtype.name} arrays through DLPack (JAX 0.5.3 and newer "
+                f"can); upgrade jax, or hand over its bits: x.view(jnp.uint{obj.dtype.itemsize * 8}) (a copy in XLA)"
+            )
+        capsule = export_capsule(obj, stream=stream, max_version=max_version)
+        mislabelled = self.caps.exports_uint8
+        if mislabelled and obj.dtype.name in mislabelled:  # JAX < 0.4.24 says uint8 for bool
+            relabel(capsule, BY_NAME[obj.dtype.name])
+        return capsule
+
     def from_dlpack(self) -> Any:
         return self._dlpack.from_dlpack
 
@@ -82,6 +96,12 @@ class JaxAdapter(Adapter):
         return int(arr.unsafe_buffer_pointer())
 
     def copy(self, arr: Any) -> Any:
+        if self.caps.copy_crashes_unaligned:
+            # JAX <= 0.4.30 segfaults copying an array imported from an unaligned buffer (see the
+            # capability row): copy through the host instead (NumPy reads the buffer, JAX uploads it).
+            import numpy as np
+
+            return self.mod.device_put(np.array(arr), next(iter(arr.devices())))
         return self.mod.numpy.array(arr, copy=True)
 
     def contiguous(self, arr: Any) -> Any:

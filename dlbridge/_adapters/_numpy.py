@@ -3,8 +3,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from .._capsule import relabel
+from .._capabilities import Capabilities, installed_version
+from .._capsule import read, relabel
 from .._dtypes import BY_NAME
+from .._errors import UnsupportedDtypeError
 from ._base import Adapter, export_capsule
 
 
@@ -16,8 +18,28 @@ def numpy_dtype(name: str) -> Any:
     if name in ("bfloat16",) or name.startswith("float8_"):
         import ml_dtypes
 
-        return np.dtype(getattr(ml_dtypes, name))
+        found = getattr(ml_dtypes, name, None)
+        if found is None:  # the capability table's ml_dtypes rows should have kept us from here
+            raise UnsupportedDtypeError(
+                f"NumPy cannot hold {name}: ml_dtypes {installed_version('ml_dtypes')} does not define it; "
+                "pip install -U ml_dtypes (0.5 or newer)"
+            )
+        return np.dtype(found)
     return np.dtype(name)
+
+
+class _Writable:
+    """An imported array's memory, offered to NumPy as writable (NumPy < 2.2 marks every import
+    read-only, whatever the capsule says). Holds the imported array, so the producer's memory
+    stays alive as long as the result."""
+
+    __slots__ = ("__array_interface__", "_imported")
+
+    def __init__(self, imported: Any) -> None:
+        interface = dict(imported.__array_interface__)
+        interface["data"] = (interface["data"][0], False)
+        self.__array_interface__ = interface
+        self._imported = imported
 
 
 class NumpyAdapter(Adapter):
@@ -38,6 +60,20 @@ class NumpyAdapter(Adapter):
         capsule = export_capsule(obj.view(f"u{dtype.itemsize}"), stream=None, max_version=max_version)
         relabel(capsule, logical)
         return capsule
+
+    def import_capsule(self, capsule: Any, device: tuple[int, int], caps: Capabilities) -> Any:
+        if not caps.readonly_imports:
+            return super().import_capsule(capsule, device, caps)
+        # NumPy 1.22-2.1 import every capsule read-only. dlbridge has already refused (or is about
+        # to copy) read-only sources, so a capsule not flagged READ_ONLY is writable memory: give
+        # it back writable, as NumPy 2.2+ does, so the same call gives the same array everywhere.
+        readonly = read(capsule).readonly
+        arr = super().import_capsule(capsule, device, caps)
+        if readonly or arr.flags.writeable:
+            return arr
+        if arr.size == 0:
+            return self.mod.empty_like(arr)  # no memory to share
+        return self.mod.asarray(_Writable(arr))
 
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(numpy_dtype(dtype))
