@@ -19,7 +19,6 @@ import re
 import sys
 from collections.abc import Iterable
 from functools import cache, lru_cache
-from importlib import metadata
 from typing import NamedTuple
 
 from ._dtypes import BY_NAME, FLOAT8
@@ -317,6 +316,8 @@ def installed_version(module: str) -> str | None:
     loaded = sys.modules.get(module)
     if loaded is not None and isinstance(getattr(loaded, "__version__", None), str):
         return str(loaded.__version__)
+    from importlib import metadata  # only here: importing it costs more than all of dlbridge
+
     try:
         return metadata.version(module)
     except metadata.PackageNotFoundError:

@@ -13,7 +13,7 @@ from typing import Any
 import dlbridge
 from tests._arrays import np_dtype, torch_from
 from tests._robust_helpers import np, torch
-from tests.conftest import need
+from tests.conftest import caps_of, need
 from tests.ctypes_producer import FLAG_READ_ONLY, CtypesArray
 from tests.test_unknown_producer import expected_bytes
 
@@ -189,6 +189,8 @@ def specs(draw: Any, kinds: tuple[str, ...] = ("numpy", "numpy", "torch", "jax",
     if kind == "view":  # (explicit strides: torch refuses NULL strides with a byte_offset, see KNOWN_CALLS)
         return Spec("view", base=draw(specs(kinds=("numpy", "jax", "ctypes"), dtypes=(B11,), null_strides=False)))
     name = draw(st.sampled_from([d for d in dtypes if not (kind == "torch" and d == B11)]))
+    if kind == "jax" and name in caps_of("jax").cannot_export:  # JAX < 0.5.3 cannot export float8
+        kind = "numpy"
     layouts = {"torch": ["contiguous", "transposed", "sliced"], "jax": ["contiguous"]}.get(
         kind, ["contiguous", "transposed", "sliced", "negative"]
     )
