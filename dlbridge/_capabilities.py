@@ -29,10 +29,10 @@ __all__ = ["Row", "TABLE", "Capabilities", "capabilities", "parse_version", "FEA
 _INTS = frozenset(f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64))
 _CORE = _INTS | {"float16", "float32", "float64", "complex64", "complex128"}
 _WIDE_UINTS = frozenset({"uint16", "uint32", "uint64"})
-# Boundaries known only as far as probed (see the rows' sources); later versions assumed fixed.
-JAX_FP4_UNTIL = "0.8"
+# Boundaries as far as probed (see the rows' sources): the first version seen without the behaviour.
+JAX_FP4_UNTIL = "0.10"  # 0.9.0 imports it, 0.10.2 refuses it (0.10.0-0.10.1 not probed)
 JAX_LAYOUTS_SINCE = "0.8"
-JAX_COPY_FIXED = "0.4.31"
+JAX_COPY_FIXED = "0.4.35"  # 0.4.31 crashes, 0.4.35 does not (0.4.33-0.4.34 not probed)
 _TORCH_FP8 = frozenset({"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"})
 
 # Feature flags (no dtypes): what a consumer does with capsules and layouts.
@@ -181,7 +181,7 @@ TABLE: tuple[Row, ...] = (
         "0.5.3",
         JAX_FP4_UNTIL,
         requires=_ML_DTYPES_05,
-        source="probe 2026-11-23 (jax 0.5.3, 0.7.1, 0.7.2 import their own float4_e2m1fn; jax 0.10.2: "
+        source="probe 2026-11-23 (jax 0.5.3, 0.7.1, 0.7.2, 0.8.0, 0.9.0 import their own float4_e2m1fn; jax 0.10.2: "
         "'PjRt CPU buffers only support default layout')",
     ),
     _r(
@@ -210,21 +210,21 @@ TABLE: tuple[Row, ...] = (
         "raw_capsules_deprecated",
         since="0.4.35",
         source="jax/_src/dlpack.py (0.4.35): DeprecationWarning 'Calling from_dlpack with a DLPack tensor is "
-        "deprecated'; probe 2026-11-23 (jax 0.4.30 silent, 0.7.1 warns)",
+        "deprecated'; probe 2026-11-23 (jax 0.4.30, 0.4.31 silent; 0.4.35, 0.7.1 warn)",
     ),
     _r(
         "jax",
         "row_major_only",
         until=JAX_LAYOUTS_SINCE,
         source="probe 2026-11-23: jax 0.4.30-0.7.1 refuse transposed raw capsules ('non-default layout'), "
-        "jax 0.7.1 imports torch's .t() with wrong values, 0.7.2 refuses it; jax 0.10.2 imports it right",
+        "jax 0.7.1 imports torch's .t() with wrong values, 0.7.2 refuses it; jax 0.8.0 and 0.10.2 import it right",
     ),
     _r(
         "jax",
         "copy_crashes_unaligned",
         until=JAX_COPY_FIXED,
-        source="probe 2026-11-23 (jax 0.4.23, 0.4.30): jnp.array(x, copy=True) segfaults for x imported from an "
-        "unaligned float32 (1, 4) buffer (address % 64 == 4)",
+        source="probe 2026-11-23 (jax 0.4.23, 0.4.30, 0.4.31; not 0.4.35): jnp.array(x, copy=True) segfaults for x "
+        "imported from an unaligned float32 (1, 4) buffer (address % 64 == 4)",
     ),
     _r(
         "jax",

@@ -45,6 +45,7 @@ def test_rows_at_their_boundaries() -> None:
     assert capabilities("jax", "0.7.1").row_major_only and not capabilities("jax", "0.10.2").row_major_only
     assert not capabilities("jax", "0.5.2").imports & {"float4_e2m1fn", "float8_e4m3fn"}
     assert "float4_e2m1fn" not in capabilities("jax", "0.10.2").imports
+    assert "float4_e2m1fn" in capabilities("jax", "0.9.0").imports or not satisfied("ml_dtypes>=0.5")
     assert capabilities("numpy", "2.1.3").readonly_imports and not capabilities("numpy", "2.2.0").readonly_imports
     assert not capabilities("numpy", "2.0.2").readonly_arrays and capabilities("numpy", "2.1.0").readonly_arrays
 
@@ -67,8 +68,9 @@ def test_to_numpy_of_new_fp8_kinds_reinterprets_or_refuses_cleanly() -> None:
     view = dlbridge.to_numpy(t, fallback="view")  # the real dtype where NumPy holds it, else uint8
     assert view.dtype.name in ("float8_e8m0fnu", "uint8") and view.ctypes.data == t.data_ptr()
     assert (view.view(np.uint8) == bits).all()
-    up = dlbridge.to_numpy(t, fallback="upcast")
-    assert up.dtype == np.float32 and (up == 2.0).all()
+    if "float8_e8m0fnu" not in _caps("numpy").holds:
+        up = dlbridge.to_numpy(t, fallback="upcast")
+        assert up.dtype == np.float32 and (up == 2.0).all()
 
 
 # --- NumPy < 2.2 imports everything read-only ------------------------------------------------------
