@@ -48,6 +48,7 @@ FEATURES = (
     "raw_capsules_deprecated",  # it warns on a bare PyCapsule: dlbridge hands it a Carrier instead
     "readonly_imports",  # it makes every imported array read-only, whatever the capsule says
     "copy_crashes_unaligned",  # copying an array it imported from an unaligned buffer kills the process
+    "shares_unaligned",  # it shares CPU buffers that are not 64-byte aligned (newer JAX copies them)
 )
 # Producer rows: "exports_uint8" lists dtypes whose capsules the producer labels uint8;
 # "cannot_export" dtypes it holds but cannot put in a capsule at all.
@@ -228,6 +229,13 @@ TABLE: tuple[Row, ...] = (
     ),
     _r(
         "jax",
+        "shares_unaligned",
+        until=JAX_COPY_FIXED,
+        source="probe 2026-11-23: jax 0.4.30 and 0.4.31 share an unaligned float32 (1, 4) buffer; 0.4.35 and 0.7.1 "
+        "copy it ('DLPack buffer is not aligned ... Creating a copy', jaxlib dlpack.cc)",
+    ),
+    _r(
+        "jax",
         "compact_only",
         source="jaxlib dlpack.cc: 'Only DLPack tensors with trivial (compact) striding'; probe 2026-11-22",
     ),
@@ -289,6 +297,7 @@ class Capabilities(NamedTuple):
     raw_capsules_deprecated: bool
     readonly_imports: bool
     copy_crashes_unaligned: bool
+    shares_unaligned: bool
     exports_uint8: frozenset[str]  # as a producer: dtypes its capsules label uint8
     cannot_export: frozenset[str]  # as a producer: dtypes its __dlpack__ refuses
 

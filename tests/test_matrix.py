@@ -62,7 +62,7 @@ def test_cell(producer: str, consumer: str, dtype: str, layout: str) -> None:
         assert shared, "expected a zero-copy handoff"
     else:
         dense = info.is_c_contiguous() if caps.row_major_only else info.is_compact()
-        aligned = info.data_ptr % JAX_ALIGNMENT == 0
+        aligned = info.data_ptr % JAX_ALIGNMENT == 0 or caps.shares_unaligned  # JAX < 0.4.35 shares it anyway
         assert shared == (dense and aligned), (dense, aligned)
 
 

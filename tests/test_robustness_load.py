@@ -77,7 +77,9 @@ def _should_share(target: str, info) -> bool:
     if target == "torch":
         return not info.has_negative_strides()
     if target == "jax":
-        return info.is_compact() and not info.has_negative_strides() and info.data_ptr % 64 == 0
+        caps = caps_of("jax")  # JAX < 0.8 takes only row-major layouts; JAX < 0.4.35 shares unaligned buffers
+        layout = info.is_c_contiguous() if caps.row_major_only else info.is_compact()
+        return layout and not info.has_negative_strides() and (info.data_ptr % 64 == 0 or caps.shares_unaligned)
     return True
 
 
@@ -103,6 +105,8 @@ def test_property_round_trips_keep_bits_and_share_memory(case, order) -> None:
     x = a
     for target in [*order, "numpy"]:
         if target == "jax" and name in ("int64", "float64") and not jax.config.jax_enable_x64:
+            continue
+        if name not in caps_of(target).holds:  # e.g. float8 in JAX < 0.5.3
             continue
         x = _hop(x, target, reference)
     assert str(x.dtype) == name

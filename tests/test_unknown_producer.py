@@ -101,7 +101,7 @@ def shares(consumer: str, p: CtypesArray, info: dlbridge.DLPackInfo) -> bool:
     """Whether the consumer can hold this memory where it is (else it copies)."""
     if consumer != "jax":
         return True
-    if p.data_ptr % JAX_ALIGN:
+    if p.data_ptr % JAX_ALIGN and not caps_of("jax").shares_unaligned:  # JAX >= 0.4.35 copies these
         return False
     return info.is_c_contiguous() or not caps_of("jax").row_major_only  # JAX < 0.8: row-major only
 

@@ -87,6 +87,13 @@ def test_to_numpy_of_writable_memory_is_writable_and_shared_on_every_numpy() -> 
     assert back.data_ptr() == t.data_ptr() and back.tolist() == t.tolist()
 
 
+def test_to_numpy_of_a_jax_array_is_read_only_on_every_numpy() -> None:
+    jnp = need("jax.numpy")
+    x = jnp.arange(4.0)
+    a = dlbridge.to_numpy(x)  # JAX arrays are immutable; their legacy capsules cannot say so
+    assert not a.flags.writeable and a.ctypes.data == x.unsafe_buffer_pointer()
+
+
 def test_to_numpy_of_a_read_only_array_stays_read_only() -> None:
     src = np.arange(4.0)
     src.flags.writeable = False

@@ -42,6 +42,9 @@ class Adapter:
     # Whether, as a consumer, it reads on the stream the producer was told (False: it imports on a
     # stream of its own choosing, so a caller's stream= cannot be honoured).
     honours_stream: ClassVar[bool] = True
+    # Whether its arrays may be written (JAX's may not): decides whether NumPy < 2.2, which makes
+    # every import read-only, gets this producer's memory back writable, as NumPy 2.2+ would.
+    mutable_arrays: ClassVar[bool] = True
 
     # --- detection (never imports) -----------------------------------------------------
     def is_array(self, obj: object) -> bool:
@@ -114,6 +117,10 @@ class Adapter:
         if caps.raw_capsules and not caps.raw_capsules_deprecated:
             return self._from_dlpack(capsule)
         return self._from_dlpack(Carrier(capsule, device))
+
+    def writable(self, arr: Any) -> Any:
+        """``arr`` as a writable array over the same memory (consumers with ``readonly_imports``)."""
+        return arr
 
     def view(self, arr: Any, dtype: str) -> Any:
         """Zero-copy reinterpretation as ``dtype`` (same itemsize)."""

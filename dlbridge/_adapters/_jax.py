@@ -22,6 +22,7 @@ class JaxAdapter(Adapter):
     # makes it wait for the buffer on the host instead. As a consumer it imports on its own stream.
     no_sync_stream = None
     honours_stream = False
+    mutable_arrays = False  # jax.Array is immutable: its legacy capsules reach NumPy read-only
     _devices: dict[tuple[int, int], Any]
     _narrowed: tuple[Capabilities, Capabilities] | None = None  # (row, row without 64-bit dtypes)
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from .._capabilities import Capabilities, installed_version
-from .._capsule import read, relabel
+from .._capabilities import installed_version
+from .._capsule import relabel
 from .._dtypes import BY_NAME
 from .._errors import UnsupportedDtypeError
 from ._base import Adapter, export_capsule
@@ -61,15 +61,9 @@ class NumpyAdapter(Adapter):
         relabel(capsule, logical)
         return capsule
 
-    def import_capsule(self, capsule: Any, device: tuple[int, int], caps: Capabilities) -> Any:
-        if not caps.readonly_imports:
-            return super().import_capsule(capsule, device, caps)
-        # NumPy 1.22-2.1 import every capsule read-only. dlbridge has already refused (or is about
-        # to copy) read-only sources, so a capsule not flagged READ_ONLY is writable memory: give
-        # it back writable, as NumPy 2.2+ does, so the same call gives the same array everywhere.
-        readonly = read(capsule).readonly
-        arr = super().import_capsule(capsule, device, caps)
-        if readonly or arr.flags.writeable:
+    def writable(self, arr: Any) -> Any:
+        """``arr`` (imported read-only by NumPy < 2.2) as a writable array over the same memory."""
+        if arr.flags.writeable:
             return arr
         if arr.size == 0:
             return self.mod.empty_like(arr)  # no memory to share

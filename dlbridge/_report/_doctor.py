@@ -112,8 +112,8 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
             out.append(f"{who} exports {_names(set(caps.exports_uint8))} arrays labelled uint8; dlbridge relabels its "
                        "own exports with the true dtype.")  # fmt: skip
         if caps.readonly_imports:
-            out.append(f"{who} imports every DLPack capsule as a read-only array; dlbridge gives writable sources back "
-                       "writable (zero-copy), as newer versions do.")  # fmt: skip
+            out.append(f"{who} imports every DLPack capsule as a read-only array; dlbridge gives the memory of mutable "
+                       "producers (torch, NumPy) back writable and zero-copy, as NumPy 2.2+ does.")  # fmt: skip
         if caps.offset_needs_strides:
             out.append(f"{who} refuses a byte_offset on a capsule without strides (legal DLPack; "
                        f"{_source(name, 'offset_needs_strides')}); dlbridge has the producer re-export it densely.")  # fmt: skip
