@@ -207,9 +207,9 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
         ) from err
     if caps.readonly_imports and not info.readonly:
         # NumPy < 2.2 makes every import read-only; NumPy 2.2+ only READ_ONLY capsules (and legacy
-        # ones, which cannot say): give writable memory of a known, mutable producer back writable.
+        # ones, which cannot say): a versioned capsule, or a known mutable producer, comes back writable.
         producer = ADAPTERS.get(info.producer or "")
-        if producer is not None and producer.mutable_arrays:
+        if info.versioned or (producer is not None and producer.mutable_arrays):
             result = target.writable(result)
     # The consumer may copy on its own (JAX does for misaligned CPU buffers).
     if copy is False and info.size and target.data_ptr(result) != info.data_ptr:

@@ -62,7 +62,7 @@ from tests._guard_sources import (
 )
 from tests._option_sources import B11, Source, Spec, bits_of, dtype_of, framework_of, on_cpu
 from tests._robust_helpers import data_ptr
-from tests.conftest import caps_of, need, run_child_pytest
+from tests.conftest import caps_of, need, option_model_gap, run_child_pytest
 
 need("jax")
 need("ml_dtypes")
@@ -397,4 +397,7 @@ CHILD_TESTS = 2 + len(KNOWN_CALLS)
 
 @pytest.mark.skipif(IN_CHILD, reason="this is the child")
 def test_guard_in_a_child_process(tmp_path: Any) -> None:
+    gap = option_model_gap()
+    if gap:
+        pytest.skip(gap)
     run_child_pytest(__file__, "DLBRIDGE_GUARD_CHILD", CHILD_TESTS, tmp_path)

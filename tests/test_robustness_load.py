@@ -173,7 +173,7 @@ def _soak_step(i: int) -> None:
     j = dlbridge.to_jax(a[::-1])  # layout copy through the producer
     b11 = jnp.asarray(n[:4]).astype(jnp.float8_e4m3b11fnuz)
     if "float8_e4m3b11fnuz" in caps_of("jax").cannot_export:  # JAX < 0.5.3: the same bits from NumPy
-        b11 = np.asarray(b11)
+        b11 = np.array(b11)  # (np.asarray of a JAX array is read-only)
     v = dlbridge.to_torch(b11, fallback="view")  # remembered view
     p = CtypesArray.from_bytes(a.tobytes(), "float32", (SOAK_ELEMENTS,))
     c = dlbridge.to_numpy(p)  # unknown producer

@@ -46,7 +46,7 @@ from tests._option_sources import (
     writable,
 )
 from tests._robust_helpers import data_ptr, np, torch
-from tests.conftest import caps_of, need, run_child_pytest
+from tests.conftest import caps_of, need, option_model_gap, run_child_pytest
 from tests.ctypes_producer import CtypesArray
 
 jax = need("jax")
@@ -378,4 +378,7 @@ def test_error_classes_inherit_their_documented_builtins() -> None:
 
 @pytest.mark.skipif(IN_CHILD, reason="this is the child")
 def test_options_in_a_child_process(tmp_path: Any) -> None:
+    gap = option_model_gap()
+    if gap:
+        pytest.skip(gap)
     run_child_pytest(__file__, "DLBRIDGE_OPTIONS_CHILD", CHILD_TESTS, tmp_path)
