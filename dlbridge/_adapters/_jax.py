@@ -98,7 +98,7 @@ class JaxAdapter(Adapter):
 
     def copy(self, arr: Any) -> Any:
         if self.caps.copy_crashes_unaligned:
-            # JAX <= 0.4.30 segfaults copying an array imported from an unaligned buffer (see the
+            # JAX < 0.4.35 segfaults copying an array imported from an unaligned buffer (see the
             # capability row): copy through the host instead (NumPy reads the buffer, JAX uploads it).
             import numpy as np
 
