@@ -268,7 +268,9 @@ def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adap
         return source.contiguous(x)
     if info.device_code == 1:
         numpy = ADAPTERS["numpy"]
-        return numpy.contiguous(_convert(x, numpy, "view", None, None, None, None))
+        dense = numpy.contiguous(_convert(x, numpy, "view", None, None, None, None))
+        # NumPy < 2.2 may have imported it read-only; the target's own (versioned) capsule said whether it is.
+        return numpy.writable(dense) if info.versioned and not info.readonly else dense
     raise LayoutError(
         f"to_{target.name}(): {info.describe()} from an unknown producer has strides {list(info.strides or ())} "
         f"that {target.name} cannot share, and dlbridge knows no way to make it dense on {info.device_type}"

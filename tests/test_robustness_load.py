@@ -14,7 +14,7 @@ import pytest
 
 import dlbridge
 from tests._robust_helpers import TO, data_ptr, np, torch
-from tests.conftest import caps_of, need, run_child_pytest
+from tests.conftest import caps_of, need, option_model_gap, run_child_pytest
 from tests.ctypes_producer import CtypesArray, live_exports
 
 jax = need("jax")
@@ -86,7 +86,8 @@ def _should_share(target: str, info) -> bool:
 def _hop(x, target: str, reference: bytes):
     info = dlbridge.inspect(x)
     # torch has no read-only tensors: read-only sources (NumPy views of JAX arrays) need copy=True
-    copy = True if info.readonly and target == "torch" else None
+    # (and NumPy < 2.1 cannot export a read-only array at all: the capability table says which)
+    copy = True if info.readonly and (target == "torch" or not caps_of(target).readonly_arrays) else None
     r = TO[target](x, copy=copy)
     assert _bits(r) == reference, f"{info.describe()} -> {target}: bits changed"
     if info.size:
@@ -114,6 +115,9 @@ def test_property_round_trips_keep_bits_and_share_memory(case, order) -> None:
 
 @pytest.mark.skipif(IN_CHILD, reason="this is the child")
 def test_properties_in_a_child_process() -> None:
+    gap = option_model_gap()  # NumPy < 2.1 cannot export (or inspect) read-only arrays the models pass around
+    if gap:
+        pytest.skip(gap)
     run_child_pytest(__file__, "DLBRIDGE_PROPERTY_CHILD", expect_passed=2, timeout=600)
 
 
