@@ -110,6 +110,10 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
     else:
         if stream is not None:
             raise OptionError(f"stream={stream!r} on {device_name(src_dev[0])}: only stream=None is valid off the GPU")
+        if source is target and not caps.readonly_arrays and dtype is None and copy is not True:
+            shared = target.readonly_alias(x)  # NumPy < 2.1 cannot export a read-only array to itself
+            if shared is not None:
+                return shared
         capsule = _export(x, source, None, MAX_VERSION if caps.versioned_capsules else None, copy)
     info = read(capsule, source.name if source is not None else producer_name(x))
     if info.device_code != home[0] or info.device_id != home[1]:

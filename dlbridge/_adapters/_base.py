@@ -118,6 +118,11 @@ class Adapter:
             return self._from_dlpack(capsule)
         return self._from_dlpack(Carrier(capsule, device))
 
+    def readonly_alias(self, arr: Any) -> Any | None:
+        """A read-only ``arr`` handed to its own framework as a read-only alias, where DLPack cannot
+        carry it (NumPy < 2.1); None: go through DLPack."""
+        return None
+
     def writable(self, arr: Any) -> Any:
         """``arr`` as a writable array over the same memory (consumers with ``readonly_imports``)."""
         return arr

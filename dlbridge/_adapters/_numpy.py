@@ -61,6 +61,9 @@ class NumpyAdapter(Adapter):
         relabel(capsule, logical)
         return capsule
 
+    def readonly_alias(self, arr: Any) -> Any | None:
+        return None if arr.flags.writeable else arr.view()  # same memory, read-only, as NumPy >= 2.1 gives
+
     def writable(self, arr: Any) -> Any:
         """``arr`` (imported read-only by NumPy < 2.2) as a writable array over the same memory."""
         if arr.flags.writeable:
