@@ -3,9 +3,13 @@
 The conversion logic only *reads* this table (through :func:`capabilities`); ``dlbridge
 report`` checks it against what the installed frameworks really do and lists disagreements.
 
-Sources: "FACTS §N" is ../shared/DLPACK_FACTS.md of this project (itself citing upstream
-code, release notes and runs); "probe YYYY-MM-DD" is a run of ``dlbridge report`` or of the
-test suite on the versions named.
+Rows are facts about consumers ("imports", "holds" and the FEATURES flags) and about
+producers ("exports_uint8": dtypes whose capsules a producer labels uint8). ``requires`` names
+a module, optionally with a minimum version ("ml_dtypes>=0.5"), read from package metadata.
+
+Sources: upstream release notes, changelogs, pull requests and source files; "probe
+YYYY-MM-DD (versions)" is a run of ``dlbridge report``, the test suite or a one-off script on
+the versions named (the version matrix in ``.ci/matrix`` reruns them).
 """
 
 from __future__ import annotations
@@ -19,11 +23,16 @@ from typing import NamedTuple
 
 from ._dtypes import BY_NAME, FLOAT8
 
-__all__ = ["Row", "TABLE", "Capabilities", "capabilities", "parse_version", "FEATURES"]
+__all__ = ["Row", "TABLE", "Capabilities", "capabilities", "parse_version", "FEATURES", "KINDS", "satisfied",
+           "installed_version"]  # fmt: skip
 
 _INTS = frozenset(f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64))
 _CORE = _INTS | {"float16", "float32", "float64", "complex64", "complex128"}
 _WIDE_UINTS = frozenset({"uint16", "uint32", "uint64"})
+# Boundaries as far as probed (see the rows' sources): the first version seen without the behaviour.
+JAX_FP4_UNTIL = "0.10"  # 0.9.0 imports it, 0.10.2 refuses it (0.10.0-0.10.1 not probed)
+JAX_LAYOUTS_SINCE = "0.8"
+JAX_COPY_FIXED = "0.4.35"  # 0.4.31 crashes, 0.4.35 does not (0.4.33-0.4.34 not probed)
 _TORCH_FP8 = frozenset({"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"})
 
 # Feature flags (no dtypes): what a consumer does with capsules and layouts.
@@ -32,20 +41,28 @@ FEATURES = (
     "raw_capsules",  # its from_dlpack takes a bare PyCapsule
     "versioned_capsules",  # it reads "dltensor_versioned"
     "compact_only",  # it refuses strides that are not a permutation of a dense layout
-    "c_order_only",  # it refuses every layout but dense row-major (C order)
     "readonly_arrays",  # it can give back a read-only array for a READ_ONLY capsule
     "negative_strides",  # it imports negative strides correctly
     "offset_needs_strides",  # it refuses a non-zero byte_offset when strides is NULL (legal DLPack)
+    "row_major_only",  # it refuses or misreads every layout but dense row-major (transposed ones too)
+    "raw_capsules_deprecated",  # it warns on a bare PyCapsule: dlbridge hands it a Carrier instead
+    "readonly_imports",  # it makes every imported array read-only, whatever the capsule says
+    "copy_crashes_unaligned",  # copying an array it imported from an unaligned buffer kills the process
+    "shares_unaligned",  # it shares CPU buffers that are not 64-byte aligned (newer JAX copies them)
 )
+# Producer rows: "exports_uint8" lists dtypes whose capsules the producer labels uint8;
+# "cannot_export" dtypes it holds but cannot put in a capsule at all.
+PRODUCER_KINDS = ("exports_uint8", "cannot_export")
+KINDS = ("imports", "holds", *FEATURES, *PRODUCER_KINDS)
 
 
 class Row(NamedTuple):
     consumer: str
-    what: str  # "imports", "holds" or one of FEATURES
+    what: str  # one of KINDS
     dtypes: frozenset[str]
     since: str | None  # first version with it (inclusive); None = always
     until: str | None  # first version without it (exclusive); None = still
-    requires: str | None  # a module that must be importable (e.g. ml_dtypes)
+    requires: str | None  # a module that must be installed, optionally ">=version" (e.g. "ml_dtypes>=0.5")
     source: str
 
 
@@ -54,6 +71,11 @@ def _r(consumer: str, what: str, dtypes: Iterable[str] = (), since: str | None =
     return Row(consumer, what, frozenset(dtypes), since, until, requires, source)
 
 
+# ml_dtypes 0.5.0 added float8_e3m4, float8_e4m3 and float8_e8m0fnu (ml_dtypes CHANGELOG 0.5.0);
+# the other float8 kinds and bfloat16 are in every ml_dtypes dlbridge supports (>= 0.4).
+_NEW_FP8 = frozenset({"float8_e3m4", "float8_e4m3", "float8_e8m0fnu"})
+_ML_DTYPES_05 = "ml_dtypes>=0.5"
+
 TABLE: tuple[Row, ...] = (
     # --- torch -------------------------------------------------------------------------
     _r(
@@ -61,16 +83,23 @@ TABLE: tuple[Row, ...] = (
         "imports",
         _CORE - _WIDE_UINTS | {"bfloat16"},
         "1.10",
-        source="torch 1.10 notes: torch.from_dlpack; bf16 since 1.9 (FACTS §3)",
+        source="torch 1.10 release notes: torch.from_dlpack; aten/src/ATen/DLConvertor.cpp: kDLBfloat since 1.9",
     ),
-    _r("torch", "imports", {"bool"}, "2.2", source="FACTS §3: bool since torch 2.2"),
-    _r("torch", "imports", _WIDE_UINTS, "2.3", source="FACTS §3 [inferred]: uint16/32/64 since 2.3"),
+    _r("torch", "imports", {"bool"}, "2.2", source="aten/src/ATen/DLConvertor.cpp: kDLBool <-> torch.bool (torch 2.2)"),
+    _r(
+        "torch",
+        "imports",
+        _WIDE_UINTS,
+        "2.3",
+        source="torch 2.3 release notes: uint16/uint32/uint64 tensors (DLConvertor.cpp maps kDLUInt of every width)",
+    ),
     _r(
         "torch",
         "imports",
         _TORCH_FP8 | {"float4_e2m1fn_x2"},
         "2.10",
-        source="FACTS §3: fp8 codes 10-14 and fp4x2 both ways since 2.10",
+        source="aten/src/ATen/DLConvertor.cpp (torch 2.10): kDLFloat8_* codes 10-14 and kDLFloat4_e2m1fn both ways; "
+        "probe 2026-11-23 (torch 2.13)",
     ),
     _r("torch", "holds", {"float8_e4m3fn", "float8_e5m2"}, "2.1", source="torch 2.1 notes: float8 dtypes"),
     _r("torch", "holds", {"float8_e4m3fnuz", "float8_e5m2fnuz"}, "2.2", source="torch 2.2 notes: fnuz float8 dtypes"),
@@ -79,13 +108,14 @@ TABLE: tuple[Row, ...] = (
         "torch",
         "raw_capsules",
         since="1.10",
-        source="FACTS §3: torch.from_dlpack still accepts raw capsules (both names)",
+        source="torch/utils/dlpack.py from_dlpack: 'if not hasattr(ext_tensor, \"__dlpack__\")' takes the capsule "
+        "as is (both names); probe 2026-11-23 (torch 2.13)",
     ),
     _r(
         "torch",
         "versioned_capsules",
         since="2.9",
-        source="FACTS §3: DLPack 1.0 keywords + versioned capsules since 2.9",
+        source="torch 2.9 release notes: DLPack 1.0 (max_version, dl_device, copy; 'dltensor_versioned' capsules)",
     ),
     _r(
         "torch",
@@ -96,7 +126,7 @@ TABLE: tuple[Row, ...] = (
     # ("Storage size calculation overflowed") on numpy's a[::-1] capsule (probe 2026-11-22).
     # --- cupy --------------------------------------------------------------------------
     _r("cupy", "imports", _CORE, "9.0", source="CuPy 9 notes: cupy.from_dlpack"),
-    _r("cupy", "imports", {"bool"}, "12.0", source="FACTS §3: bool since CuPy 12"),
+    _r("cupy", "imports", {"bool"}, "12.0", source="CuPy 12 release notes: bool in DLPack (cupy/_core/dlpack.pyx)"),
     _r(
         "cupy",
         "imports",
@@ -121,10 +151,89 @@ TABLE: tuple[Row, ...] = (
     ),
     # --- jax ---------------------------------------------------------------------------
     _r("jax", "imports", _CORE, "0.2", source="jax.dlpack.from_dlpack (jaxlib dlpack.cc type table)"),
-    _r("jax", "imports", {"bfloat16"}, "0.2.10", source="FACTS §3: bf16 since 0.2.10"),
-    _r("jax", "imports", {"bool"}, "0.4.24", source="FACTS §3: bool since 0.4.24"),
-    _r("jax", "imports", FLOAT8, "0.5.3", source="FACTS §3: fp8 since jaxlib 0.5.3; probe 2026-11-22 (jax 0.10.2)"),
-    _r("jax", "raw_capsules", until="0.7.2", source="FACTS §3: raw capsules removed in 0.7.2"),
+    _r("jax", "imports", {"bfloat16"}, "0.2.10", source="jaxlib dlpack.cc: kDLBfloat <-> BF16 (jax 0.2.10)"),
+    _r(
+        "jax",
+        "imports",
+        {"bool"},
+        "0.4.24",
+        source="jaxlib dlpack.cc: kDLBool <-> PRED (jaxlib 0.4.24); probe 2026-11-23 (jax 0.4.23 refuses it)",
+    ),
+    _r(
+        "jax",
+        "imports",
+        FLOAT8 - _NEW_FP8,
+        "0.5.3",
+        source="jaxlib 0.5.3 dlpack.cc: float8 type codes; probe 2026-11-23 (jax 0.5.3, 0.7.1, 0.10.2)",
+    ),
+    _r(
+        "jax",
+        "imports",
+        _NEW_FP8,
+        "0.5.3",
+        requires=_ML_DTYPES_05,
+        source="probe 2026-11-23 (jax 0.5.3 + ml_dtypes 0.4.1: 'Unimplemented primitive type F8E8M0FNU'; "
+        "ml_dtypes 0.5 defines these types)",
+    ),
+    _r(
+        "jax",
+        "imports",
+        {"float4_e2m1fn"},
+        "0.5.3",
+        JAX_FP4_UNTIL,
+        requires=_ML_DTYPES_05,
+        source="probe 2026-11-23 (jax 0.5.3, 0.7.1, 0.7.2, 0.8.0, 0.9.0 import their own float4_e2m1fn; jax 0.10.2: "
+        "'PjRt CPU buffers only support default layout')",
+    ),
+    _r(
+        "jax",
+        "exports_uint8",
+        {"bool"},
+        until="0.4.24",
+        source="probe 2026-11-23 (jax 0.4.23: a bool array's capsule says uint8; jaxlib dlpack.cc maps PRED to "
+        "kDLBool since 0.4.24)",
+    ),
+    _r(
+        "jax",
+        "cannot_export",
+        FLOAT8,
+        until="0.5.3",
+        source="probe 2026-11-23 (jax 0.4.30): __dlpack__ raises 'XLA type F8E4M3FN has no DLPack equivalent'",
+    ),
+    _r(
+        "jax",
+        "raw_capsules",
+        until="0.7.2",
+        source="JAX 0.7.2 changelog: from_dlpack no longer accepts DLPack capsules",
+    ),
+    _r(
+        "jax",
+        "raw_capsules_deprecated",
+        since="0.4.35",
+        source="jax/_src/dlpack.py (0.4.35): DeprecationWarning 'Calling from_dlpack with a DLPack tensor is "
+        "deprecated'; probe 2026-11-23 (jax 0.4.30, 0.4.31 silent; 0.4.35, 0.7.1 warn)",
+    ),
+    _r(
+        "jax",
+        "row_major_only",
+        until=JAX_LAYOUTS_SINCE,
+        source="probe 2026-11-23: jax 0.4.30-0.7.1 refuse transposed raw capsules ('non-default layout'), "
+        "jax 0.7.1 imports torch's .t() with wrong values, 0.7.2 refuses it; jax 0.8.0 and 0.10.2 import it right",
+    ),
+    _r(
+        "jax",
+        "copy_crashes_unaligned",
+        until=JAX_COPY_FIXED,
+        source="probe 2026-11-23 (jax 0.4.23, 0.4.30, 0.4.31; not 0.4.35): jnp.array(x, copy=True) segfaults for x "
+        "imported from an unaligned float32 (1, 4) buffer (address % 64 == 4)",
+    ),
+    _r(
+        "jax",
+        "shares_unaligned",
+        until=JAX_COPY_FIXED,
+        source="probe 2026-11-23: jax 0.4.30 and 0.4.31 share an unaligned float32 (1, 4) buffer; 0.4.35 and 0.7.1 "
+        "copy it ('DLPack buffer is not aligned ... Creating a copy', jaxlib dlpack.cc)",
+    ),
     _r(
         "jax",
         "compact_only",
@@ -137,12 +246,33 @@ TABLE: tuple[Row, ...] = (
     _r(
         "numpy",
         "holds",
-        FLOAT8 | {"bfloat16"},
+        FLOAT8 - _NEW_FP8 | {"bfloat16"},
         requires="ml_dtypes",
-        source="ml_dtypes: bfloat16 and float8 NumPy dtypes (FACTS §3)",
+        source="ml_dtypes README: bfloat16 and float8 NumPy dtypes (float8_e4m3b11fnuz, e4m3fn(uz), e5m2(fnuz))",
     ),
-    _r("numpy", "versioned_capsules", since="2.1", source="FACTS §3: DLPack 1.0 since NumPy 2.1"),
-    _r("numpy", "readonly_arrays", since="2.1", source="NumPy 2.1: READ_ONLY flag honoured on import"),
+    _r(
+        "numpy",
+        "holds",
+        _NEW_FP8,
+        requires=_ML_DTYPES_05,
+        source="ml_dtypes CHANGELOG 0.5.0: float8_e3m4, "
+        "float8_e4m3, float8_e8m0fnu; probe 2026-11-23 (ml_dtypes 0.4.1 has none of them)",
+    ),
+    _r("numpy", "versioned_capsules", since="2.1", source="NumPy 2.1.0 release notes: DLPack 1.0 (max_version)"),
+    _r(
+        "numpy",
+        "readonly_arrays",
+        since="2.1",
+        source="NumPy 2.1.0 release notes: from_dlpack honours DLPack 1.0's READ_ONLY flag",
+    ),
+    _r(
+        "numpy",
+        "readonly_imports",
+        since="1.22",
+        until="2.2",
+        source="numpy/_core/src/multiarray/dlpack.c: arrays from from_dlpack were created read-only until NumPy 2.2 "
+        "(2.2.0 notes); probe 2026-11-23 (numpy 1.26.4, 2.1.3 read-only; 2.2.6 writable)",
+    ),
     _r(
         "numpy", "negative_strides", source="NumPy arrays hold negative strides; np.from_dlpack copies strides as given"
     ),
@@ -173,7 +303,7 @@ TABLE: tuple[Row, ...] = (
     # EagerTensor.__dlpack__ ignores max_version (tensorflow/python/framework/ops.py).
     _r(
         "tensorflow",
-        "c_order_only",
+        "row_major_only",
         source="tensorflow/c/eager/dlpack.cc IsValidStrideCompactRowMajorData: 'Invalid strides array "
         "from DLPack' for transposed, sliced, broadcast or negative strides; probe 2026-11-23 (tensorflow 2.21.0)",
     ),
@@ -227,10 +357,21 @@ class Capabilities(NamedTuple):
     raw_capsules: bool
     versioned_capsules: bool
     compact_only: bool
-    c_order_only: bool
     readonly_arrays: bool
     negative_strides: bool
     offset_needs_strides: bool
+    row_major_only: bool
+    raw_capsules_deprecated: bool
+    readonly_imports: bool
+    copy_crashes_unaligned: bool
+    shares_unaligned: bool
+    exports_uint8: frozenset[str]  # as a producer: dtypes its capsules label uint8
+    cannot_export: frozenset[str]  # as a producer: dtypes its __dlpack__ refuses
+
+    @property
+    def takes_raw_capsules(self) -> bool:
+        """Whether dlbridge hands it bare capsules (taken, and without a deprecation warning)."""
+        return self.raw_capsules and not self.raw_capsules_deprecated
 
 
 # A pre-release sorts before its release: a row "since 2.6" must not claim 2.6.0rc1 or a 2.6 nightly.
@@ -264,12 +405,37 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def installed_version(module: str) -> str | None:
+    """The version of ``module`` without importing it (its ``__version__`` if loaded, else metadata)."""
+    loaded = sys.modules.get(module)
+    if loaded is not None and isinstance(getattr(loaded, "__version__", None), str):
+        return str(loaded.__version__)
+    from importlib import metadata  # only here: importing it costs more than all of dlbridge
+
+    try:
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@cache
+def satisfied(requirement: str) -> bool:
+    """Whether a ``requires`` entry holds here: "ml_dtypes" or "ml_dtypes>=0.5"."""
+    module, _, minimum = requirement.partition(">=")
+    if not _importable(module):
+        return False
+    if not minimum:
+        return True
+    found = installed_version(module)
+    return found is not None and parse_version(found) >= parse_version(minimum)
+
+
 def _applies(row: Row, version: tuple[int, ...]) -> bool:
     if row.since is not None and version < parse_version(row.since):
         return False
     if row.until is not None and version >= parse_version(row.until):
         return False
-    return row.requires is None or _importable(row.requires)
+    return row.requires is None or satisfied(row.requires)
 
 
 @lru_cache(maxsize=64)
@@ -279,19 +445,20 @@ def capabilities(consumer: str, version: str) -> Capabilities:
     rows = [r for r in TABLE if r.consumer == consumer and _applies(r, v)]
     imports = frozenset().union(*(r.dtypes for r in rows if r.what == "imports"))
     holds = imports.union(*(r.dtypes for r in rows if r.what == "holds"))
-    flags = {f: any(r.what == f for r in rows) for f in FEATURES}
-    return Capabilities(consumer, version, imports, holds, **flags)
+    flags: dict[str, object] = {f: any(r.what == f for r in rows) for f in FEATURES}
+    flags.update({k: frozenset().union(*(r.dtypes for r in rows if r.what == k)) for k in PRODUCER_KINDS})
+    return Capabilities(consumer, version, imports, holds, **flags)  # type: ignore[arg-type]
 
 
 def missing_requirements(consumer: str, version: str, dtype: str) -> list[str]:
-    """Modules whose installation would let ``consumer`` at ``version`` hold ``dtype``."""
+    """Requirements ("ml_dtypes", "ml_dtypes>=0.5") whose installation would let ``consumer`` hold ``dtype``."""
     v = parse_version(version)
     return sorted(
         {
             r.requires
             for r in TABLE
             if r.consumer == consumer and r.what in ("imports", "holds") and dtype in r.dtypes and r.requires
-            and not _importable(r.requires) and _applies(r._replace(requires=None), v)
+            and not satisfied(r.requires) and _applies(r._replace(requires=None), v)
         }
     )  # fmt: skip
 

@@ -27,6 +27,7 @@ __all__ = [
     "relabel_device",
     "rewrite",
     "restore",
+    "set_c_strides",
     "Carrier",
     "GPU_CODES",
     "DEVICE_ALIASES",
@@ -395,6 +396,14 @@ def relabel_device(capsule: object, device: tuple[int, int]) -> None:
     """Rewrite the capsule's device (pinned host memory -> CPU) before a consumer reads it."""
     head = _Head.from_address(_tensor_address(capsule))
     head.device_type, head.device_id = device
+
+
+def set_c_strides(capsule: object, shape: tuple[int, ...]) -> None:
+    """Write C-order strides into a capsule whose layout already is C order up to size-1 dimensions
+    (whose strides address nothing), for consumers that compare strides literally (JAX < 0.8)."""
+    head = _Head.from_address(_tensor_address(capsule))
+    if head.strides:
+        (ctypes.c_int64 * len(shape)).from_address(head.strides)[:] = list(c_strides(shape))
 
 
 # What rewrite() changed: (name, DLTensor address, device type, device id, code, bits, lanes, flags).

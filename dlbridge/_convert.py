@@ -13,6 +13,7 @@ from typing import Any
 
 from . import _logical
 from ._adapters import (
+    ADAPTERS,
     HOST,
     Adapter,
     AsIs,
@@ -36,6 +37,7 @@ from ._capsule import (
     relabel_device,
     restore,
     rewrite,
+    set_c_strides,
 )
 from ._devices import check_device, device_of, host_device, parse_device, stream_for
 from ._dtypes import BY_NAME, decode_table, unsigned_of_width
@@ -131,6 +133,10 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
                 raise OptionError(
                     f"stream={stream!r} on {device_name(src_dev[0])}: only stream=None is valid off the GPU"
                 )
+            if source is target and not caps.readonly_arrays and dtype is None and copy is not True:
+                shared = target.readonly_alias(x)  # NumPy < 2.1 cannot export a read-only array to itself
+                if shared is not None:
+                    return shared
             capsule = _export(x, source, None, MAX_VERSION if caps.versioned_capsules else None, copy, target, dtype)
     except AsIs as kept:
         return kept.value
@@ -231,6 +237,8 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
     # dropped only for an import copied right after it, so nobody writes the original.
     wire = BY_NAME[plan.wire] if plan.wire != info.dtype else None
     saved = rewrite(capsule, wire, device_to, writable) if wire is not None or device_to or writable else None
+    if caps.row_major_only and info.strides is not None and info.strides != c_strides(info.shape):
+        set_c_strides(capsule, info.shape)  # C order up to size-1 dimensions, said literally
     try:
         result = target.import_capsule(capsule, info.device, caps)
     except BaseException as err:
@@ -242,6 +250,12 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
             f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "
             f"as {plan.wire}: {type(err).__name__}: {err}"
         ) from err
+    if caps.readonly_imports and not info.readonly:
+        # NumPy < 2.2 makes every import read-only; NumPy 2.2+ only READ_ONLY capsules (and legacy
+        # ones, which cannot say): a versioned capsule, or a known mutable producer, comes back writable.
+        producer = ADAPTERS.get(info.producer or "")
+        if info.versioned or (producer is not None and producer.mutable_arrays):
+            result = target.writable(result)
     # The consumer may copy on its own (JAX does for misaligned CPU buffers).
     if copy is False and info.size and target.data_ptr(result) != info.data_ptr:
         raise LayoutError(
@@ -284,25 +298,11 @@ def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
         return info.byte_offset != 0 and caps.offset_needs_strides
     if strides == c_strides(info.shape):
         return False  # dense C order (the common case): no negative strides, compact
-    if caps.c_order_only:
-        return not _row_major(info.shape, strides)
+    if caps.row_major_only:  # transposed layouts: refused or misread (see the capability row)
+        return not info.is_c_contiguous()
     if info.has_negative_strides() and not caps.negative_strides:
         return True
     return caps.compact_only and not info.is_compact()
-
-
-def _row_major(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """Dense C order, ignoring the strides of size-1 dimensions and of empty arrays (as
-    tensorflow/c/eager/dlpack.cc IsValidStrideCompactRowMajorData and torch's is_contiguous do:
-    a dense copy of such an array would come back with the same strides)."""
-    if 0 in shape:
-        return True
-    expected = 1
-    for n, stride in zip(reversed(shape), reversed(strides)):
-        if n != 1 and stride != expected:
-            return False
-        expected *= n
-    return True
 
 
 def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter, why: str) -> str:
@@ -314,6 +314,12 @@ def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter, why: 
     )
 
 
+def _writable(dense: Any, info: DLPackInfo) -> Any:
+    """A host copy the host framework may have imported read-only (NumPy < 2.2 does so for every
+    capsule): writable again when the target's own (versioned) capsule said the memory is."""
+    return HOST.writable(dense) if info.versioned and not info.readonly else dense
+
+
 def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter) -> tuple[Any, str | None]:
     """A dense copy of ``x``, and the dtype its bits have when the copy's own dtype differs."""
     check_copy_size(info, target.name, f"the dense copy {target.name} needs")
@@ -323,10 +329,11 @@ def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adap
         if info.device_code == 1:  # through the host: as raw unsigned bits where it cannot hold the dtype
             caps = HOST.capabilities()
             if info.dtype in caps.imports or info.dtype in caps.holds:
-                return HOST.contiguous(_convert(x, HOST, "raise", None, None, None, None)), None
+                dense = HOST.contiguous(_convert(x, HOST, "raise", None, None, None, None))
+                return _writable(dense, info), None
             bits = unsigned_of_width(info.bits * info.lanes)
             host = _convert(x, HOST, "raise", bits, None, None, None)
-            return HOST.contiguous(host), info.dtype if info.dtype in BY_NAME else None
+            return _writable(HOST.contiguous(host), info), info.dtype if info.dtype in BY_NAME else None
     except MemoryError as err:
         raise LayoutError(
             f"to_{target.name}(): the dense copy {target.name} needs of {info.describe()} "
@@ -353,9 +360,13 @@ def _export(x: Any, source: Adapter | None, stream: int | None, max_version: tup
         if "readonly" in str(err).lower() or "read-only" in str(err).lower():
             if copy is True:  # a legacy-only consumer: let the producer make a writable copy
                 return _export_copy(x, source, stream, max_version, err)
+            why = (
+                "the consumer reads only legacy capsules, which cannot say so"
+                if max_version is None
+                else "its producer cannot mark a DLPack capsule read-only"  # e.g. NumPy < 2.1
+            )
             raise ReadOnlyError(
-                f"{type(x).__name__} is read-only and the consumer reads only legacy capsules, which cannot "
-                "say so; pass copy=True, or make the array writeable"
+                f"{type(x).__name__} is read-only and {why}; pass copy=True, or make the array writeable"
             ) from err
         capsule = _export_failed(x, source, err, stream, max_version, copy, target, dtype)
     except Exception as err:

@@ -87,8 +87,12 @@ def _unsupported_message(info: DLPackInfo, caps: Capabilities, logical: str, fal
     lines = [
         f"{target or caps.consumer}: cannot hand {info.describe()} to {who}: {caps.consumer} cannot hold {logical}."
     ]
-    for module in missing_requirements(caps.consumer, caps.version, logical):
-        lines.append(f"Install {module} (pip install {module}) to get it zero-copy with the real dtype.")
+    for requirement in missing_requirements(caps.consumer, caps.version, logical):
+        module, _, minimum = requirement.partition(">=")
+        if minimum:
+            lines.append(f"It needs {requirement} (pip install -U {module}) to get it zero-copy with the real dtype.")
+        else:
+            lines.append(f"Install {module} (pip install {module}) to get it zero-copy with the real dtype.")
     hint = ADAPTERS[caps.consumer].hint(logical) if caps.consumer in ADAPTERS else None
     if hint:
         lines.append(hint)

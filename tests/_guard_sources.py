@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from tests._arrays import np_dtype, torch_from
 from tests._option_sources import B11, DTYPES, Source, Spec, bits_of, build, numpy_layout, same_or_both_nan, specs
 from tests._robust_helpers import np, torch
-from tests.conftest import need
+from tests.conftest import caps_of, need
 
 hypothesis = need("hypothesis")
 st = hypothesis.strategies
@@ -184,9 +184,10 @@ def boxed(how: str, same: Any, new: Any) -> Any:
 
 
 def holds(framework: str, name: str) -> bool:
-    """Whether ``framework`` can hold ``name`` (torch: not float8_e4m3b11fnuz; NumPy with ml_dtypes
-    and JAX: not torch's packed float4; no 64-bit dtypes are drawn, so JAX's x64 does not matter)."""
-    return name != (B11 if framework == "torch" else FP4)
+    """Whether ``framework`` can hold ``name``, as the capability table says for the installed version
+    (today: torch all but float8_e4m3b11fnuz, NumPy with ml_dtypes and JAX all but torch's packed
+    float4; no 64-bit dtypes are drawn, so JAX's x64 does not matter)."""
+    return name in caps_of(framework).holds
 
 
 def arrives_as(framework: str, name: str, fb: str, copy: bool | None = None) -> str | None:

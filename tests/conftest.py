@@ -45,6 +45,25 @@ def need(name: str):
     return pytest.importorskip(name, reason=f"{name} is not installed")
 
 
+def caps_of(name: str):
+    """The capability table's row for the installed ``name`` (skips the test when it is missing):
+    tests that depend on a version ask it rather than assume today's versions."""
+    from dlbridge._capabilities import capabilities
+
+    return capabilities(name, need(name).__version__)
+
+
+def option_model_gap() -> str | None:
+    """Why the option-space models (guard, options) do not describe the installed stack, if they do not:
+    they model read-only NumPy arrays as DLPack 1.0 exports (NumPy >= 2.1) and JAX float8 as
+    exportable (JAX >= 0.5.3). Those versions are covered by the table-driven tests instead."""
+    if not caps_of("numpy").versioned_capsules:
+        return f"the option model assumes NumPy >= 2.1 (read-only exports); NumPy {caps_of('numpy').version} is older"
+    if caps_of("jax").cannot_export:
+        return f"the option model assumes JAX >= 0.5.3 (float8 exports); JAX {caps_of('jax').version} is older"
+    return None
+
+
 def cuda_reason() -> str | None:
     """Why CUDA tests cannot run here (None when they can)."""
     try:

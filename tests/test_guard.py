@@ -9,7 +9,7 @@ import pytest
 
 import dlbridge
 from tests._guard_helpers import FRAMEWORKS, fp4, framework, make, np, ptr, require_no_x64, torch, values
-from tests.conftest import need, run_child
+from tests.conftest import caps_of, need, run_child
 
 # --- conversions in and out ----------------------------------------------------------------------
 
@@ -402,6 +402,8 @@ def test_pinned_argument_results_come_back_as_cpu_tensors() -> None:
 def test_a_genuine_uint8_argument_beside_a_view_keeps_new_results_uint8() -> None:
     """A uint8 result beside a float8 view that also came in as uint8 could be either: it is left as
     the body made it (uint8) rather than relabelled; without the plain argument it is restored."""
+    if "float8_e4m3b11fnuz" in caps_of("jax").cannot_export:
+        pytest.skip("JAX < 0.5.3 cannot export float8 through DLPack")
     y = need("jax.numpy").asarray([0.5, -1.0, 2.0, 0.25], dtype="float8_e4m3b11fnuz")  # torch: a uint8 view
     mask = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
 

@@ -1,8 +1,9 @@
 """Every CPU producer x consumer x dtype x layout: values, dtype and memory sharing.
 
-The CPU stack here (torch 2.13, JAX 0.10, NumPy + ml_dtypes) can hold every dtype of the
-matrix, so every cell must arrive with its true dtype and equal bits, and share memory except
-where JAX must copy (non-dense strides, or a buffer not aligned the way XLA needs).
+Every cell whose dtype the installed producer can export and the consumer can hold (the
+capability table says which; today's stack holds them all) must arrive with its true dtype and
+equal bits, and share memory except where JAX must copy (layouts it cannot take, or a buffer
+not aligned the way XLA needs); the others must be refused with UnsupportedDtypeError.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import dlbridge
+from dlbridge._capabilities import capabilities
 from tests._arrays import DTYPES, FRAMEWORKS, LAYOUTS, bits, data_ptr, dtype_name, make_source, to_host
 from tests.conftest import need
 
@@ -34,8 +36,18 @@ def test_cell(producer: str, consumer: str, dtype: str, layout: str) -> None:
     if dtype == "int64" and "jax" in (producer, consumer) and not _jax_x64():
         pytest.skip("JAX without x64 has no int64 (covered by test_jax_x64_* below)")
     src, expected = make_source(producer, dtype, layout)
+    made_by = capabilities(producer, need(producer).__version__)
+    if dtype in made_by.cannot_export:  # e.g. JAX < 0.5.3 and float8
+        with pytest.raises(dlbridge.UnsupportedDtypeError, match="cannot export"):
+            dlbridge.convert(src, consumer)
+        return
     info = dlbridge.inspect(src)
     assert info.dtype == dtype
+    caps = capabilities(consumer, need(consumer).__version__)
+    if dtype not in caps.holds:  # e.g. JAX < 0.5.3 and float8
+        with pytest.raises(dlbridge.UnsupportedDtypeError, match="cannot hold"):
+            dlbridge.convert(src, consumer)
+        return
 
     out = dlbridge.convert(src, consumer)
 
@@ -48,8 +60,8 @@ def test_cell(producer: str, consumer: str, dtype: str, layout: str) -> None:
     if consumer != "jax":
         assert shared, "expected a zero-copy handoff"
     else:
-        dense = info.is_compact()
-        aligned = info.data_ptr % JAX_ALIGNMENT == 0
+        dense = info.is_c_contiguous() if caps.row_major_only else info.is_compact()
+        aligned = info.data_ptr % JAX_ALIGNMENT == 0 or caps.shares_unaligned  # JAX < 0.4.35 shares it anyway
         assert shared == (dense and aligned), (dense, aligned)
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import dlbridge
 from tests._robust_helpers import TO, data_ptr, np, torch
-from tests.conftest import need, run_child
+from tests.conftest import caps_of, need, run_child
 from tests.ctypes_producer import CtypesArray, UsedBy
 
 need("jax")  # the malformed-capsule child and to_jax need it
@@ -130,6 +130,8 @@ def test_malformed_capsule(case: str, malformed_report: dict) -> None:
         expected = inspect_error if entry.endswith("inspect") else to_error
         if expected is not None and ":" in expected:  # "jax:CapsuleError": only that consumer fails
             who, _, expected = expected.partition(":")
+            if case == "versioned_unasked" and not caps_of("numpy").versioned_capsules:
+                who = ("jax", "numpy")  # NumPy < 2.1 reads only legacy capsules too
             expected = expected if entry.endswith(who) else None
         if expected is None:
             assert cls == "ok", f"{case}: {entry} raised {cls}: {message}"
@@ -282,6 +284,12 @@ READONLY_SOURCES = {"numpy": _readonly_numpy, "ctypes": _readonly_ctypes}
 @pytest.mark.parametrize("source", list(READONLY_SOURCES))
 def test_readonly_into_numpy_stays_readonly_and_shared(source: str) -> None:
     x = READONLY_SOURCES[source]()
+    if not caps_of("numpy").readonly_arrays and source != "numpy":  # NumPy < 2.1: legacy capsules cannot say read-only
+        with pytest.raises(dlbridge.ReadOnlyError, match="copy=True"):
+            dlbridge.to_numpy(x)
+        c = dlbridge.to_numpy(x, copy=True)
+        assert c.flags.writeable and c.ctypes.data != data_ptr(x)
+        return
     r = dlbridge.to_numpy(x)
     assert not r.flags.writeable
     assert r.ctypes.data == data_ptr(x)

@@ -93,6 +93,9 @@ class Adapter:
     # Whether, as a consumer, it reads on the stream the producer was told (False: it imports on a
     # stream of its own choosing, so a caller's stream= cannot be honoured).
     honours_stream: ClassVar[bool] = True
+    # Whether its arrays may be written (JAX's may not): decides whether NumPy < 2.2, which makes
+    # every import read-only, gets this producer's memory back writable, as NumPy 2.2+ would.
+    mutable_arrays: ClassVar[bool] = True
 
     # --- detection (never imports) -----------------------------------------------------
     def array_class(self) -> type | None:
@@ -249,10 +252,20 @@ class Adapter:
 
     def import_capsule(self, capsule: Any, device: tuple[int, int], caps: Capabilities) -> Any:
         """Hand a ready capsule to the consumer: bare where it takes raw capsules (cheapest; the
-        handshake is already done), else wrapped in a single-use ``Carrier``."""
-        if caps.raw_capsules:
+        handshake is already done), else wrapped in a single-use ``Carrier`` (also where bare
+        capsules are deprecated: JAX 0.4.35-0.7.1 warn on each one)."""
+        if caps.raw_capsules and not caps.raw_capsules_deprecated:
             return self._from_dlpack(capsule)
         return self._from_dlpack(Carrier(capsule, device))
+
+    def readonly_alias(self, arr: Any) -> Any | None:
+        """A read-only ``arr`` handed to its own framework as a read-only alias, where DLPack cannot
+        carry it (NumPy < 2.1); None: go through DLPack."""
+        return None
+
+    def writable(self, arr: Any) -> Any:
+        """``arr`` as a writable array over the same memory (consumers with ``readonly_imports``)."""
+        return arr
 
     def view(self, arr: Any, dtype: str) -> Any:
         """Zero-copy reinterpretation as ``dtype`` (same itemsize)."""

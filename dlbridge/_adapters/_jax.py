@@ -5,9 +5,10 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._capabilities import Capabilities
-from .._capsule import GPU_CODES
-from .._errors import DLBridgeError, ProducerError
-from ._base import Adapter
+from .._capsule import GPU_CODES, relabel
+from .._dtypes import BY_NAME
+from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
+from ._base import Adapter, export_capsule
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
 
@@ -29,6 +30,7 @@ class JaxAdapter(Adapter):
     # makes it wait for the buffer on the host instead. As a consumer it imports on its own stream.
     no_sync_stream = None
     honours_stream = False
+    mutable_arrays = False  # jax.Array is immutable: its legacy capsules reach NumPy read-only
     _devices: dict[tuple[int, int], Any]
     _narrowed: tuple[Capabilities, Capabilities] | None = None  # (row, row without 64-bit dtypes)
 
@@ -97,6 +99,18 @@ class JaxAdapter(Adapter):
         stream: int | None = self._device(device).get_stream_for_external_ready_events()
         return stream
 
+    def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+        if self.caps.cannot_export and obj.dtype.name in self.caps.cannot_export:
+            raise UnsupportedDtypeError(
+                f"JAX {self.version} cannot export {obj.dtype.name} arrays through DLPack (JAX 0.5.3 and newer "
+                f"can); upgrade jax, or hand over its bits: x.view(jnp.uint{obj.dtype.itemsize * 8}) (a copy in XLA)"
+            )
+        capsule = export_capsule(obj, stream=stream, max_version=max_version)
+        mislabelled = self.caps.exports_uint8
+        if mislabelled and obj.dtype.name in mislabelled:  # JAX < 0.4.24 says uint8 for bool
+            relabel(capsule, BY_NAME[obj.dtype.name])
+        return capsule
+
     def from_dlpack(self) -> Any:
         return self._dlpack.from_dlpack
 
@@ -108,6 +122,12 @@ class JaxAdapter(Adapter):
         return int(arr.unsafe_buffer_pointer())
 
     def copy(self, arr: Any) -> Any:
+        if self.caps.copy_crashes_unaligned:
+            # JAX < 0.4.35 segfaults copying an array imported from an unaligned buffer (see the
+            # capability row): copy through the host instead (NumPy reads the buffer, JAX uploads it).
+            import numpy as np
+
+            return self.mod.device_put(np.array(arr), next(iter(arr.devices())))
         return self.mod.numpy.array(arr, copy=True)
 
     def contiguous(self, arr: Any) -> Any:

@@ -4,9 +4,10 @@ import sys
 from functools import cached_property, lru_cache
 from typing import Any
 
+from .._capabilities import installed_version
 from .._capsule import relabel
 from .._dtypes import BY_NAME
-from .._errors import ProducerError
+from .._errors import ProducerError, UnsupportedDtypeError
 from ._base import Adapter, aligned_copy, export_capsule
 
 
@@ -18,8 +19,28 @@ def numpy_dtype(name: str) -> Any:
     if name in ("bfloat16",) or name.startswith("float8_"):
         import ml_dtypes
 
-        return np.dtype(getattr(ml_dtypes, name))
+        found = getattr(ml_dtypes, name, None)
+        if found is None:  # the capability table's ml_dtypes rows should have kept us from here
+            raise UnsupportedDtypeError(
+                f"NumPy cannot hold {name}: ml_dtypes {installed_version('ml_dtypes')} does not define it; "
+                "pip install -U ml_dtypes (0.5 or newer)"
+            )
+        return np.dtype(found)
     return np.dtype(name)
+
+
+class _Writable:
+    """An imported array's memory, offered to NumPy as writable (NumPy < 2.2 marks every import
+    read-only, whatever the capsule says). Holds the imported array, so the producer's memory
+    stays alive as long as the result."""
+
+    __slots__ = ("__array_interface__", "_imported")
+
+    def __init__(self, imported: Any) -> None:
+        interface = dict(imported.__array_interface__)
+        interface["data"] = (interface["data"][0], False)
+        self.__array_interface__ = interface
+        self._imported = imported
 
 
 class NumpyAdapter(Adapter):
@@ -54,6 +75,17 @@ class NumpyAdapter(Adapter):
     @cached_property
     def _masked(self) -> Adapter:
         return _MaskedArrays()
+
+    def readonly_alias(self, arr: Any) -> Any | None:
+        return None if arr.flags.writeable else arr.view()  # same memory, read-only, as NumPy >= 2.1 gives
+
+    def writable(self, arr: Any) -> Any:
+        """``arr`` (imported read-only by NumPy < 2.2) as a writable array over the same memory."""
+        if arr.flags.writeable:
+            return arr
+        if arr.size == 0:
+            return self.mod.empty_like(arr)  # no memory to share
+        return self.mod.asarray(_Writable(arr))
 
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(numpy_dtype(dtype))
