@@ -66,14 +66,14 @@ def test_tensorflow_and_paddle_rows_are_zero_copy(tmp_path: Path) -> None:
         if importlib.util.find_spec(name) is None:
             pytest.skip(f"{name} is not installed")
     _, data = run_bench(tmp_path, "--no-import", "--only", "torch->tensorflow,paddle->numpy,tensorflow->torch")
-    rows = {(r["producer"], r["consumer"], r["dtype"]): r for r in data["rows"]}
+    rows = {(r["producer"], r["consumer"], r["dtype"]): r for r in data["rows"] if r["device"] == "cpu"}
     assert data["versions"]["tensorflow"] != "not installed" and data["versions"]["paddle"] != "not installed"
     for pair in (("torch", "tensorflow"), ("paddle", "numpy"), ("tensorflow", "torch")):
         row = rows[(*pair, "float32")]
         assert not row["skipped"] and row["zero_copy_dlbridge"] is True, row
     assert rows[("torch", "tensorflow", "float8_e4m3fn")]["mode"] == "view"
     assert rows[("paddle", "numpy", "bfloat16")]["mode"] == "reinterpret"
-    assert "cannot export float8" in rows[("tensorflow", "torch", "float8_e4m3fn")]["skipped"]
+    assert "float8" in rows[("tensorflow", "torch", "float8_e4m3fn")]["skipped"]  # TF cannot make or export it
 
 
 def test_import_section_parses(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_import_section_parses(tmp_path: Path) -> None:
     assert "first to_numpy():" in stdout
 
 
-@pytest.mark.parametrize("bad", [["--rounds", "x"], ["--nope"], ["--first-call", "tensorflow"]])
+@pytest.mark.parametrize("bad", [["--rounds", "x"], ["--nope"], ["--first-call", "mxnet"]])
 def test_bad_arguments_exit_nonzero(bad: list[str]) -> None:
     proc = subprocess.run([sys.executable, str(BENCH), *bad], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage:" in proc.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -203,7 +204,7 @@ assert main(["report", "--frameworks", "newframe"]) == 2
 """
     done = _python("-c", code)
     assert done.returncode == 0, done.stderr
-    assert "newframe   not installed" in done.stdout or "newframe  not installed" in done.stdout, done.stdout
+    assert re.search(r"^  newframe +not installed$", done.stdout, re.M), done.stdout
     assert "newframe not installed here" in done.stderr and 'pip install "dlbridge[newframe]"' in done.stderr
 
 

@@ -259,7 +259,7 @@ def test_bare_guard_without_a_target_says_how_to_write_it() -> None:
     with pytest.raises(
         dlbridge.OptionError,
         match=r'^@dlbridge.guard was applied to .*body\(\) without a target framework; .*@dlbridge.guard\("torch"\) '
-        r"\(one of cupy, jax, numpy, torch, or the module\)",
+        r"\(one of [a-z, ]+, or the module\)",
     ):
         dlbridge.guard(body)
 

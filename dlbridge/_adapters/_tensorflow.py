@@ -70,6 +70,13 @@ class TensorflowAdapter(Adapter):
         except Exception:
             return False
 
+    def dtype_for(self, name: str) -> Any:
+        tf = self.mod  # float8 kinds live in tf.dtypes.experimental
+        found = getattr(tf, name, None) or getattr(tf.dtypes.experimental, name, None)
+        if not isinstance(found, tf.dtypes.DType):
+            raise TypeError(f"tensorflow {self.version} has no {name}")
+        return found
+
     def gpu_name(self) -> str | None:
         try:
             gpus = self.mod.config.list_physical_devices("GPU")

@@ -77,14 +77,17 @@ def _native(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
 
 
 def _export_fails(src: Any) -> bool:
-    """Whether the producer's own ``__dlpack__`` refuses (or is missing), so the failure is not the consumer's."""
+    """Whether the producer's own DLPack methods fail, so the failure is not the consumer's: its
+    ``__dlpack__`` refuses (or is missing), or its ``__dlpack_device__`` is not a pair of integers
+    (a device id of None, which consumers that read it as an integer refuse)."""
     if not hasattr(type(src), "__dlpack__"):
         return True
     try:
         src.__dlpack__()  # the unconsumed capsule is freed by its destructor
+        device = src.__dlpack_device__()
     except Exception:
         return True
-    return False
+    return not (len(device) == 2 and all(isinstance(d, int) for d in device))
 
 
 def _planned(src: Any, consumer: str, fallback: Any) -> str:
