@@ -463,9 +463,4 @@ def missing_requirements(consumer: str, version: str, dtype: str) -> list[str]:
     )  # fmt: skip
 
 
-def sources(consumer: str, dtype: str | None = None) -> list[Row]:
-    """Rows about ``consumer`` (and ``dtype``), for messages and the report."""
-    return [r for r in TABLE if r.consumer == consumer and (dtype is None or dtype in r.dtypes)]
-
-
 assert all(d in BY_NAME for r in TABLE for d in r.dtypes), "TABLE names an unknown dtype"

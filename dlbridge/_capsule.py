@@ -88,8 +88,7 @@ def device_name(device_type: int) -> str:
     return _DEVICE_NAMES.get(device_type, f"device_type_{device_type}")
 
 
-# Offsets (x86-64 / any LP64): DLTensor is 48 bytes; the versioned struct puts it at 32.
-_OFF_DEVICE, _OFF_NDIM, _OFF_DTYPE, _OFF_SHAPE, _OFF_STRIDES, _OFF_BYTE_OFFSET = 8, 16, 20, 24, 32, 40
+# Offsets in the versioned struct (x86-64 / any LP64): its flags, and the DLTensor (48 bytes) after them.
 _OFF_VERSIONED_FLAGS, _OFF_VERSIONED_TENSOR = 24, 32
 
 
@@ -209,10 +208,6 @@ class DLPackInfo:
         dev = self.device_type if self.device_type == "cpu" else f"{self.device_type}:{self.device_id}"
         who = f"{self.producer} " if self.producer else ""
         return f"{who}{dev} {self.dtype}{list(self.shape)}"
-
-
-def capsule_name(capsule: object) -> bytes | None:
-    return _get_name(capsule)
 
 
 def _tensor_address(capsule: object) -> int:

@@ -56,7 +56,6 @@ BY_NAME: dict[str, DType] = {
 BY_TRIPLE: dict[tuple[int, int, int], str] = {(v.code, v.bits, v.lanes): k for k, v in BY_NAME.items()}
 
 FLOAT8 = frozenset(n for n in BY_NAME if n.startswith("float8_"))
-STANDARD = frozenset(n for n, d in BY_NAME.items() if d.code in (0, 1, 2, 5, 6))
 
 
 def dtype_name(code: int, bits: int, lanes: int = 1) -> str:

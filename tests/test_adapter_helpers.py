@@ -35,8 +35,8 @@ def test_make_array_keeps_dtype_and_bits_and_reads_back(name: str, dtype: str) -
     assert adapter.device_of(arr) == (1, 0)
     try:
         info = dlbridge.inspect(arr)
-    except dlbridge.ProducerError as err:  # TensorFlow holds float8 but cannot export it
-        assert "not supported" in str(err)
+    except (dlbridge.ProducerError, dlbridge.UnsupportedDtypeError) as err:  # TF and JAX < 0.5.3: float8
+        assert "not supported" in str(err) or "cannot export" in str(err)
         pytest.skip(f"{name} makes {dtype} but cannot export it: {err}")
     assert info.dtype == dtype
     np.testing.assert_array_equal(adapter.host_bytes(arr), np.ascontiguousarray(ref).view(np.uint8).reshape(-1))
