@@ -14,7 +14,7 @@ import pytest
 
 import dlbridge
 from tests._robust_helpers import np, torch
-from tests.conftest import need, run_child
+from tests.conftest import caps_of, need, run_child
 
 need("jax")
 
@@ -38,6 +38,8 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES)
 def test_absurd_dense_copy_is_refused_before_allocating(case: str) -> None:
+    if "read-only" in case and not caps_of("numpy").versioned_capsules:
+        pytest.skip("NumPy < 2.1 cannot export a read-only array (its copy is the producer's own)")
     with pytest.raises(dlbridge.LayoutError) as err:
         CASES[case]()
     message = str(err.value)

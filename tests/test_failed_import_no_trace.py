@@ -16,10 +16,15 @@ import pytest
 
 import dlbridge
 from tests._robust_helpers import data_ptr, np, torch
-from tests.conftest import need
+from tests.conftest import caps_of, need
 from tests.ctypes_producer import FLAG_READ_ONLY, CtypesArray
 
 jax = need("jax")
+# Read-only capsules come from NumPy's DLPack 1.0 export (max_version=, READ_ONLY), NumPy >= 2.1.
+pytestmark = pytest.mark.skipif(
+    not caps_of("numpy").versioned_capsules,
+    reason=f"read-only capsules need NumPy >= 2.1 to make them (NumPy {np.__version__})",
+)
 
 
 def _read_only_numpy_capsule():

@@ -5,13 +5,17 @@ from __future__ import annotations
 import contextlib
 import io
 
-from tests.conftest import need, readme_block
+import pytest
+
+from tests.conftest import caps_of, need, readme_block
 
 
 def test_readme_cpu_example_runs_as_written_and_shares_memory() -> None:
     need("torch")
     need("jax")
     ml_dtypes = need("ml_dtypes")
+    if "float8_e4m3fn" not in caps_of("jax").imports:
+        pytest.skip(f"the example hands float8 to JAX, which JAX {caps_of('jax').version} cannot import (>= 0.5.3)")
     printed = io.StringIO()
     scope: dict = {}
     with contextlib.redirect_stdout(printed):

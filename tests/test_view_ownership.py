@@ -16,11 +16,12 @@ import pytest
 import dlbridge
 from dlbridge import _logical
 from tests._arrays import np_dtype
-from tests.conftest import need
+from tests.conftest import caps_of, need
 from tests.ctypes_producer import CtypesArray
 
 np = need("numpy")
 torch = need("torch")
+jax = need("jax")
 jnp = need("jax.numpy")
 ml_dtypes = need("ml_dtypes")
 
@@ -62,6 +63,8 @@ def test_plain_uint8_array_over_a_live_views_memory_stays_uint8() -> None:
 
 
 def test_view_copied_by_the_consumer_on_import_keeps_its_dtype() -> None:
+    if caps_of("jax").shares_unaligned:
+        pytest.skip(f"JAX {jax.__version__} shares unaligned buffers instead of copying them (capability table)")
     t = _fp4(65)[1:]  # 1 byte past a 64-byte boundary: JAX copies it on import
     j = dlbridge.to_jax(t, fallback="view")
     assert j.dtype == jnp.uint8 and j.unsafe_buffer_pointer() != t.data_ptr()
@@ -117,6 +120,8 @@ def test_numpy_view_changed_in_place_is_a_plain_array(change: str) -> None:
 
 
 def test_two_views_of_one_memory_keep_their_own_dtypes() -> None:
+    if not hasattr(need("ml_dtypes"), "float8_e3m4"):
+        pytest.skip("float8_e3m4 needs ml_dtypes >= 0.5")
     raw = np.arange(8, dtype=np.uint8) * 9
     a = dlbridge.to_torch(raw.view(np_dtype(B11)), fallback="view")
     b = dlbridge.to_torch(raw.view(np_dtype("float8_e3m4")), fallback="view")
@@ -162,6 +167,7 @@ def test_a_raw_capsule_never_carries_a_remembered_dtype() -> None:
 
 
 def test_no_record_outlives_its_view() -> None:
+    gc.collect()  # records of earlier tests' views that are already garbage
     before = len(_logical._entries)
     views = [dlbridge.to_jax(_fp4(8), fallback="view") for _ in range(5)]
     assert len(_logical._entries) == before + 5
