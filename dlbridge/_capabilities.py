@@ -308,6 +308,13 @@ TABLE: tuple[Row, ...] = (
         "from DLPack' for transposed, sliced, broadcast or negative strides; probe 2026-11-23 (tensorflow 2.21.0)",
     ),
     _r("tensorflow", "readonly_arrays", source="tf.Tensor is immutable (no in-place writes through its API)"),
+    _r(
+        "tensorflow",
+        "cannot_export",
+        {"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz"},
+        source="tensorflow/c/eager/dlpack.cc has no float8 type codes; probe 2026-11-23 (tensorflow 2.21.0): "
+        "__dlpack__ raises 'DT_FLOAT8_E4M3FN is not supported by dlpack' for each float8 tensor",
+    ),
     # --- paddle (paddle.from_dlpack; rows checked by tests/test_paddle.py) ------------------------
     _r(
         "paddle",

@@ -175,7 +175,7 @@ def _report(args: argparse.Namespace, command: str) -> int:
     disagree, failures = report.disagreements(), report.dlbridge_failures()
     crashes = sum(c.native.status == "crash" for c in report.cells)
     where = f"wrote {args.out}" if args.out else "done"
-    print(f"dlbridge report: {where}: {len(report.cells)} cells in {report.meta['elapsed_s']} s, {crashes} native "
+    print(f"dlbridge report: {where}: {len(report.cells)} cells (+{len(report.layout_cells)} layout cells) in {report.meta['elapsed_s']} s, {crashes} native "
           f"crashes, {len(failures)} dlbridge failures, {len(disagree)} table disagreements", file=sys.stderr)  # fmt: skip
     if report.meta["partial"]:
         print("dlbridge report: interrupted; the partial report was written", file=sys.stderr)

@@ -15,9 +15,20 @@ import pytest
 from dlbridge._adapters import ADAPTERS
 from dlbridge._capabilities import CONSUMERS
 from dlbridge._cli import main
-from dlbridge._report._cases import installed_frameworks
+from dlbridge._report._cases import installed_frameworks, layout_ref, reference
 from dlbridge._report._markdown import parse
-from dlbridge._report._model import ATTEMPTS, MODES, RESULTS, Attempt, Cell
+from dlbridge._report._model import (
+    ATTEMPTS,
+    MODES,
+    RESULTS,
+    Attempt,
+    Cell,
+    Export,
+    caps_entry,
+    predict_export,
+    predict_layout,
+)
+from dlbridge._report._worker import _exports, run_task
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = ROOT / "tests" / "child_hooks"  # a sitecustomize for child processes: faults, blocked imports
@@ -235,7 +246,7 @@ def test_ctrl_c_writes_the_partial_report(tmp_path):
     data = json.loads(js.read_text())
     assert data["meta"]["partial"] and data["meta"]["cells_done"] < data["meta"]["cells_planned"]
     assert [c["dtype"] for c in data["cells"]] == ["float32"]
-    assert "INTERRUPTED: 1 of 3 cells" in out.read_text()
+    assert "INTERRUPTED: 1 of 5 cells" in out.read_text()  # 3 dtypes, then 2 f32 layouts
 
 
 def test_disagreement_logic():
@@ -271,3 +282,95 @@ def test_committed_matrix_parses_and_covers_every_consumer():
         assert {"cpu", "cuda"} <= set(parsed["tables"])
     for rows in parsed["tables"].values():
         assert all(all(text for text in row["cells"].values()) for row in rows)
+
+
+# --- layout cells and producer exports --------------------------------------------------------
+
+
+def _hello_caps(**flipped: dict) -> dict:
+    """The worker's capability JSON for NumPy here (the framework these tests import), with rows
+    flipped: ``numpy={"row_major_only": True}``."""
+    pytest.importorskip("numpy")
+    c = ADAPTERS["numpy"].capabilities()._replace(**flipped.get("numpy", {}))
+    return {"numpy": caps_entry(c, ADAPTERS["numpy"].device_codes)}
+
+
+def test_layout_cells_are_probed_and_rendered(cpu_run):
+    _, md, data = cpu_run
+    assert "## Layouts and read-only sources" in md and "| producer → consumer | transposed | read-only |" in md
+    cells = {(c["producer"], c["consumer"], c["layout"]): c for c in data["layout_cells"]}
+    transposed = cells[("numpy", "numpy", "transposed")]
+    assert transposed["native"] == "ok" and transposed["native_zero_copy"]  # bits of the transpose, shared
+    assert transposed["dlbridge"] == "ok" and transposed["zero_copy"]
+    readonly = cells[("numpy", "numpy", "readonly")]
+    assert readonly["native_readonly"] is True and readonly["dlbridge_readonly"] is True
+    assert readonly["table_predicts_dlbridge"] == "readonly"
+    assert "| numpy:cpu → numpy | ✓ | ✓ 🔒 → ✓ native 🔒 |" in md
+    if "torch" in CPU_FRAMEWORKS:  # torch tensors cannot be read-only: dlbridge refuses, clearly
+        assert cells[("numpy", "torch", "readonly")]["dlbridge_error"].startswith("ReadOnlyError")
+    if "jax" in CPU_FRAMEWORKS:  # JAX arrays are always dense and immutable: no such sources
+        assert not any(c["producer"] == "jax" for c in data["layout_cells"])
+    assert data["exports"] and all(e["table_disagrees"] is None for e in data["exports"])
+    assert data["table_disagrees"] == []
+
+
+def test_transposed_prediction_follows_row_major_only():
+    c = Cell("numpy", "cpu", "numpy", "float32", layout="transposed")
+    predict_layout(c, _hello_caps(numpy={"row_major_only": True}), {"cpu": 1})
+    assert (c.predicted, c.predicted_dlbridge) == ("error", "copy")
+    c.attempts = {a: Attempt("ok", mode="native", zero_copy=True) for a in ATTEMPTS}  # what NumPy really does
+    assert "does not import it" in c.disagreement()
+    predict_layout(c, _hello_caps(), {"cpu": 1})
+    assert (c.predicted, c.predicted_dlbridge) == ("ok", "ok") and c.disagreement() is None
+
+
+def test_readonly_prediction_speaks_only_where_a_row_does():
+    cell = Cell("numpy", "cpu", "numpy", "float32", layout="readonly")
+    no_rows = {"readonly_arrays": False, "readonly_imports": False}
+    predict_layout(cell, _hello_caps(numpy=no_rows), {"cpu": 1})
+    assert cell.predicted is None and cell.predicted_readonly is None  # no row says what native does
+    assert cell.predicted_dlbridge == "ReadOnlyError"
+    predict_layout(cell, _hello_caps(numpy={"readonly_arrays": False, "readonly_imports": True}), {"cpu": 1})
+    assert (cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge) == ("ok", True, None)
+
+
+def test_a_flipped_readonly_row_shows_up_as_a_disagreement_from_a_real_probe():
+    """The worker's real attempts on NumPy's read-only view, judged by a table whose NumPy rows
+    say it cannot hold read-only arrays: native's read-only result and dlbridge's are flagged."""
+    caps = _hello_caps(numpy={"readonly_arrays": False, "readonly_imports": True})
+    task = {"producer": "numpy", "device": "cpu", "consumer": "numpy", "dtype": "float32", "layout": "readonly"}
+    cell = Cell("numpy", "cpu", "numpy", "float32", layout="readonly")
+    cell.attempts = {a: Attempt.from_worker(run_task({**task, "attempt": a})) for a in ATTEMPTS}
+    assert cell.native.readonly is True and cell.dlbridge.readonly is True
+    predict_layout(cell, caps, {"cpu": 1})
+    assert cell.disagreement() is None  # readonly_imports: read-only natively; dlbridge: no claim
+    cell.predicted_readonly = False  # a row claiming a writable result
+    assert "writable array of it; probe: from_dlpack returned a read-only one" in cell.disagreement()
+    predict_layout(cell, _hello_caps(numpy={"readonly_arrays": False, "readonly_imports": False}), {"cpu": 1})
+    assert "refuses it (ReadOnlyError)" in cell.disagreement()
+
+
+def test_transposed_source_values_are_the_transpose():
+    task = {"producer": "numpy", "device": "cpu", "consumer": "numpy", "dtype": "float32", "layout": "transposed"}
+    found = run_task({**task, "attempt": "native"})
+    assert found["status"] == "ok" and found["zero_copy"]
+    ref = reference("float32")
+    moved = layout_ref(ref, "transposed")
+    assert moved.shape == (6, 4) and moved.data[4:8] == ref.data[6 * 4 : 7 * 4]  # [0, 1] is ref[1, 0]
+
+
+def test_export_rows_are_checked_against_the_producers_capsules():
+    pytest.importorskip("ml_dtypes")
+    seen = _exports("numpy", "cpu", {"bool": None, "bfloat16": None, "uint16": "not made"})
+    assert seen["bool"] == {"raw": "bool", "adapter": "bool"} and "uint16" not in seen
+    assert seen["bfloat16"]["raw"].startswith("refused") and seen["bfloat16"]["adapter"] == "bfloat16"
+    table = _hello_caps()
+    for dtype, what in seen.items():  # NumPy's own bf16 refusal is covered by dlbridge's export
+        assert Export("numpy", "cpu", dtype, what["raw"], what["adapter"], predict_export("numpy", dtype, table)).disagreement() is None  # fmt: skip
+    wrong = _hello_caps(numpy={"exports_uint8": frozenset({"bool"}), "cannot_export": frozenset({"bfloat16"})})
+    bool_row = Export("numpy", "cpu", "bool", **seen["bool"], predicted=predict_export("numpy", "bool", wrong))
+    assert "labels its capsule uint8; probe: __dlpack__() says bool" in bool_row.disagreement()
+    bf16 = Export("numpy", "cpu", "bfloat16", **seen["bfloat16"], predicted=predict_export("numpy", "bfloat16", wrong))
+    assert bf16.disagreement() is None  # refused, as the flipped row says
+    made_up = Export("numpy", "cpu", "bfloat16", "bfloat16", "bfloat16", predict_export("numpy", "bfloat16", wrong))
+    assert "cannot export it" in made_up.disagreement()

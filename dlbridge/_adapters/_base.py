@@ -311,6 +311,21 @@ class Adapter:
         ref = HOST.mod.frombuffer(data, dtype="u1").view(HOST.dtype_for(dtype)).reshape(shape)
         return self.make_array(ref, device)
 
+    def transpose(self, arr: Any) -> Any | None:
+        """A transposed view of the 2-D ``arr`` sharing its memory (strides swapped); None where
+        this framework's arrays are always dense (the report then makes no transposed source)."""
+        return None
+
+    def make_readonly(self, arr: Any) -> Any | None:
+        """A read-only view of ``arr`` whose capsules carry DLPack's READ_ONLY flag; None where the
+        framework has no such arrays (the report then makes no read-only source)."""
+        return None
+
+    def is_readonly(self, arr: Any) -> bool:
+        """Whether writes to ``arr`` through its framework's API are impossible (a read-only flag,
+        or an immutable array type)."""
+        return not self.mutable_arrays
+
     def raw_bytes(self, arr: Any) -> bytes:
         """``arr``'s elements' raw bytes, C order (``host_bytes`` as a bytes object)."""
         return bytes(self.host_bytes(arr).tobytes())

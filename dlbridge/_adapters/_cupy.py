@@ -96,6 +96,9 @@ class CupyAdapter(Adapter):
             raw = cp.asarray(raw_bits(ref))  # bf16: CuPy 14 views the bits as ml_dtypes' bfloat16
             return raw.view(ref.dtype) if raw.dtype != ref.dtype else raw
 
+    def transpose(self, arr: Any) -> Any:
+        return arr.T
+
     def host_bytes(self, arr: Any) -> Any:
         import numpy as np
 

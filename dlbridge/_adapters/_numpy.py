@@ -123,6 +123,17 @@ class NumpyAdapter(Adapter):
             raise ValueError(f"NumPy arrays live on the CPU only, not {device}")
         return aligned_copy(ref)  # bf16/fp8: an ml_dtypes array
 
+    def transpose(self, arr: Any) -> Any:
+        return arr.T
+
+    def make_readonly(self, arr: Any) -> Any:
+        view = arr.view()
+        view.flags.writeable = False
+        return view
+
+    def is_readonly(self, arr: Any) -> bool:
+        return not arr.flags.writeable
+
     def host_bytes(self, arr: Any) -> Any:
         np = self.mod
         return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).copy()

@@ -122,6 +122,9 @@ class PaddleAdapter(Adapter):
     def dtype_str(self, arr: Any) -> str:
         return str(arr.dtype).removeprefix("paddle.")
 
+    def transpose(self, arr: Any) -> Any:
+        return arr.transpose([1, 0])  # a strided view (paddle 3 stride kernels); the report checks it shares
+
     def host_bytes(self, arr: Any) -> Any:
         import numpy as np
 

@@ -159,6 +159,9 @@ class TensorflowAdapter(Adapter):
 
         return np.array(arr.numpy(), copy=True)
 
+    def is_readonly(self, arr: Any) -> bool:
+        return True  # tf.Tensor is immutable (its legacy capsules still say writable)
+
     def host_bytes(self, arr: Any) -> Any:
         import numpy as np
 

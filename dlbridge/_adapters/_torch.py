@@ -195,6 +195,9 @@ class TorchAdapter(Adapter):
     def _host_tensor(self, arr: Any) -> Any:
         return arr.detach().cpu().contiguous()  # .numpy() refuses CUDA tensors and autograd
 
+    def transpose(self, arr: Any) -> Any:
+        return arr.transpose(0, 1)
+
     def host_bytes(self, arr: Any) -> Any:
         torch = self.mod
         t = self._host_tensor(arr).reshape(-1)

@@ -18,7 +18,8 @@ from .._adapters import ADAPTERS
 from .._dtypes import BY_NAME, FLOAT8, decode_table, short_name
 
 __all__ = ["FRAMEWORKS", "DEVICES", "BASE_DTYPES", "installed_frameworks", "short_dtype", "import_order",
-           "install_hint", "Ref", "reference", "upcast_bits", "make_source", "native_import", "gpu_info"]  # fmt: skip
+           "install_hint", "Ref", "reference", "upcast_bits", "make_source", "native_import", "gpu_info",
+           "LAYOUTS", "LAYOUT_DTYPE", "layout_ref"]  # fmt: skip
 
 FRAMEWORKS: tuple[str, ...] = tuple(ADAPTERS)
 DEVICES = ("cpu", "cuda")
@@ -28,6 +29,10 @@ BASE_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
 EXTRA_FP8 = tuple(n for n in BY_NAME if n in FLOAT8 and n not in BASE_DTYPES)
 CANDIDATE_DTYPES = BASE_DTYPES + EXTRA_FP8
 _SHAPE = (4, 6)
+# Layout cells: a few non-dense sources, one dtype, handed to every consumer (checks the layout and
+# read-only rows of the table). "dense" is every other cell.
+LAYOUTS = ("transposed", "readonly")
+LAYOUT_DTYPE = "float32"
 
 short_dtype = short_name  # column labels: float32 -> f32, float8_e4m3fn -> e4m3fn
 
@@ -122,9 +127,27 @@ def upcast_bits(ref: Ref) -> bytes:
     return struct.pack(f"={len(ref.data)}f", *(table[b] for b in ref.data))
 
 
-def make_source(framework: str, device: str, ref: Ref) -> Any:
-    """The source array for one cell; raises (any exception) when the framework cannot make it."""
-    return ADAPTERS[framework].make_from_bits(ref.data, ref.dtype, ref.shape, device)
+def layout_ref(ref: Ref, layout: str) -> Ref:
+    """What a source of ``layout`` made from ``ref`` holds: the transpose's values in C order."""
+    if layout != "transposed":
+        return ref
+    rows, cols = ref.shape
+    size = len(ref.data) // (rows * cols)
+    items = [ref.data[k * size : (k + 1) * size] for k in range(rows * cols)]
+    return Ref(ref.dtype, (cols, rows), b"".join(items[i * cols + j] for j in range(cols) for i in range(rows)))
+
+
+def make_source(framework: str, device: str, ref: Ref, layout: str = "dense") -> Any:
+    """The source array for one cell; raises (any exception) when the framework cannot make it.
+    ``layout`` "transposed" or "readonly": a view of the dense source made by the adapter."""
+    adapter = ADAPTERS[framework]
+    src = adapter.make_from_bits(ref.data, ref.dtype, ref.shape, device)
+    if layout == "dense":
+        return src
+    view = adapter.transpose(src) if layout == "transposed" else adapter.make_readonly(src)
+    if view is None:
+        raise TypeError(f"{adapter.display} has no {layout} arrays")
+    return view
 
 
 def native_import(consumer: str, src: Any) -> Any:

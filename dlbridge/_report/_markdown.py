@@ -40,7 +40,10 @@ Each cell is one producer array handed to one consumer: `native → dlbridge`.
 - `—`: the producer cannot make this dtype (the summary says why). {HOST.display} sources of bf16/fp8 are
   ml_dtypes arrays.
 - Values are compared as bit patterns against the source; memory sharing as data pointers.
-  Sources are 4x6 arrays at 64-byte aligned addresses (some consumers copy CPU buffers that are not)."""
+  Sources are 4x6 arrays at 64-byte aligned addresses (some consumers copy CPU buffers that are not).
+- Layouts: f32 sources that are a transposed view (strided) or a read-only view (READ_ONLY capsule),
+  where the producer makes them; `🔒` a read-only result. Every producer's capsule dtype is also
+  checked against its export rows; both feed "Table disagrees"."""
 
 
 def _short_error(a: Attempt) -> str:
@@ -64,6 +67,7 @@ def _attempt_text(a: Attempt, dtype: str, *, native: bool) -> str:
             return REFUSED
         return "✗ export" if a.export_failed else f"✗ {_short_error(a)}"
     copied = " copied" if a.zero_copy is False and a.mode in ("native", "reinterpret", "view") else ""
+    copied += " 🔒" if a.readonly else ""
     if native:
         return "✓" + copied
     mode = f"view({_width_uint(dtype)})" if a.mode == "view" else (a.mode or "?")
@@ -73,7 +77,16 @@ def _attempt_text(a: Attempt, dtype: str, *, native: bool) -> str:
 def cell_text(cell: Cell) -> str:
     n, d, v = cell.native, cell.dlbridge, cell.view
     view_failed = v.status in ("crash", "wrong") or (v.status == "error" and not v.clean)
-    if n.status == "ok" and n.zero_copy and d.status == "ok" and d.mode == "native" and d.zero_copy and not view_failed:
+    plain = not (n.readonly or d.readonly)
+    if (
+        n.status == "ok"
+        and n.zero_copy
+        and d.status == "ok"
+        and d.mode == "native"
+        and d.zero_copy
+        and not view_failed
+        and plain
+    ):
         return "✓"
     text = f"{_attempt_text(n, cell.dtype, native=True)}{_ARROW}{_attempt_text(d, cell.dtype, native=False)}"
     if (d.status == "error" and v.status == "ok") or view_failed:
@@ -147,6 +160,34 @@ def _tables(report: Report) -> list[str]:
     return [*out, f"Columns: {key}.", ""]
 
 
+_LAYOUT_COLUMNS = {"transposed": "transposed", "readonly": "read-only"}
+
+
+def _layouts(report: Report) -> list[str]:
+    """Per producer device: producer → consumer rows, one column per layout (f32 sources)."""
+    if not report.layout_cells and not report.exports:
+        return []
+    out = ["## Layouts and read-only sources", ""]
+    columns = [k for k in _LAYOUT_COLUMNS if any(c.layout == k for c in report.layout_cells)]
+    for device in dict.fromkeys(c.producer_device for c in report.layout_cells):
+        by_row: dict[tuple[str, str], dict[str, Cell]] = defaultdict(dict)
+        for c in report.layout_cells:
+            if c.producer_device == device:
+                by_row[(c.producer, c.consumer)][c.layout] = c
+        out += [f"Producers on {device}:", ""]
+        out.append("| producer → consumer | " + " | ".join(_LAYOUT_COLUMNS[k] for k in columns) + " |")
+        out.append("|---" * (len(columns) + 1) + "|")
+        for (producer, consumer), cells in by_row.items():
+            texts = [cell_text(cells[k]) if k in cells else "—" for k in columns]
+            out.append(f"| {producer}:{device}{_ARROW}{consumer} | " + " | ".join(texts) + " |")
+        out.append("")
+    refused = sum(e.raw.startswith("refused") for e in report.exports)
+    out += [f"Producer exports: {len(report.exports)} producer x dtype capsules read ({refused} refused by the "
+            "producer's own `__dlpack__`) and checked against the table's `exports_uint8` and `cannot_export` "
+            "rows.", ""]  # fmt: skip
+    return out
+
+
 def _reason(cell: Cell, report: Report) -> str:
     err = cell.dlbridge.error or ""
     kind = err.split(":")[0]
@@ -214,8 +255,10 @@ def _disagreements(report: Report) -> list[str]:
     found = report.disagreements()
     out = ["## Table disagrees", "",
            "Cells where the capability table (`dlbridge._capabilities.TABLE`, adjusted for runtime settings such "
-           "as a framework's 64-bit mode) predicted a different native outcome than the probe saw. Cells where the "
-           "producer itself refused to export are not compared.", ""]  # fmt: skip
+           "as a framework's 64-bit mode) predicted a different native outcome than the probe saw (for layout "
+           "cells also a different read-only result or dlbridge outcome), and producer capsules whose dtype the "
+           "export rows did not predict. Cells where the producer itself refused to export are not compared.",
+           ""]  # fmt: skip
     out += [f"- {c.label}: {why}" for c, why in found] or ["- none: every probed cell matched the table."]
     return [*out, ""]
 
@@ -228,6 +271,7 @@ def render(report: Report) -> str:
         LEGEND,
         "",
         *_tables(report),
+        *_layouts(report),
         *_summary(report),
         *_disagreements(report),
     ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ATTEMPTS", "Attempt", "Cell", "Report", "RESULTS", "MODES"]
+__all__ = ["ATTEMPTS", "Attempt", "Cell", "Export", "Report", "RESULTS", "MODES", "predict", "predict_layout",
+           "predict_export", "caps_entry"]  # fmt: skip
 
 ATTEMPTS = ("native", "dlbridge", "view")
 RESULTS = ("ok", "error", "crash", "wrong")
@@ -20,14 +21,16 @@ class Attempt:
     mode: str | None = None  # what the path did (MODES); native attempts say "native"
     zero_copy: bool | None = None
     export_failed: bool = False  # the producer's own __dlpack__() raised: not the consumer's doing
+    readonly: bool | None = None  # layout cells: whether the result is read-only (None: not asked)
 
     @classmethod
     def from_worker(cls, data: dict[str, Any]) -> Attempt:
         return cls(data["status"], data.get("error"), bool(data.get("clean")), data.get("mode"),
-                   data.get("zero_copy"), bool(data.get("export_failed")))  # fmt: skip
+                   data.get("zero_copy"), bool(data.get("export_failed")), data.get("readonly"))  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
-        return {"result": self.status, "error": self.error, "mode": self.mode, "zero_copy": self.zero_copy}
+        return {"result": self.status, "error": self.error, "mode": self.mode, "zero_copy": self.zero_copy,
+                "readonly": self.readonly}  # fmt: skip
 
 
 @dataclass
@@ -38,14 +41,18 @@ class Cell:
     dtype: str
     attempts: dict[str, Attempt] = field(default_factory=dict)
     predicted: str | None = None  # what the capability table says native does: "ok", "error", "crash"
+    layout: str = "dense"  # or one of _cases.LAYOUTS: a transposed or read-only view as the source
+    predicted_readonly: bool | None = None  # layout cells: whether a native result is read-only
+    predicted_dlbridge: str | None = None  # layout cells: "ok", "copy", "readonly" or "ReadOnlyError"
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.producer, self.producer_device, self.consumer, self.dtype)
+    def key(self) -> tuple[str, str, str, str, str]:
+        return (self.producer, self.producer_device, self.consumer, self.dtype, self.layout)
 
     @property
     def label(self) -> str:
-        return f"{self.producer}:{self.producer_device} → {self.consumer} {self.dtype}"
+        what = self.dtype if self.layout == "dense" else f"{self.dtype} {self.layout}"
+        return f"{self.producer}:{self.producer_device} → {self.consumer} {what}"
 
     @property
     def complete(self) -> bool:
@@ -65,9 +72,16 @@ class Cell:
 
     def disagreement(self) -> str | None:
         """How the probe contradicts the capability table's prediction, or None."""
+        return self._native_disagreement() or self._dlbridge_disagreement()
+
+    def _native_disagreement(self) -> str | None:
         if self.predicted is None or self.native.export_failed:
             return None  # the table describes consumers; a producer that cannot export says nothing
         seen = self.native.status
+        if self.predicted == "ok" == seen and self.predicted_readonly not in (None, self.native.readonly):
+            said = "read-only" if self.predicted_readonly else "writable"
+            got = "read-only" if self.native.readonly else "writable"
+            return f"table: {self.consumer} makes a {said} array of it; probe: from_dlpack returned a {got} one"
         if (self.predicted == "ok") == (seen == "ok") and (self.predicted == "crash") == (seen == "crash"):
             return None
         said = {"ok": "imports it", "error": "does not import it", "crash": "crashes on it"}[self.predicted]
@@ -80,6 +94,24 @@ class Cell:
         else:
             found = f"from_dlpack raised {self.native.error}"
         return f"table: {self.consumer} {said}; probe: {found}"
+
+    def _dlbridge_disagreement(self) -> str | None:
+        want, a = self.predicted_dlbridge, self.dlbridge
+        if want is None:
+            return None
+        if want == "ReadOnlyError":
+            if a.status == "error" and (a.error or "").startswith("ReadOnlyError"):
+                return None
+        elif a.status == "ok" and (want != "copy" or a.zero_copy is False) and (want != "readonly" or a.readonly):
+            return None
+        said = {"ok": "converts it", "copy": "converts it through a dense copy",
+                "readonly": "converts it to a read-only array", "ReadOnlyError": "refuses it (ReadOnlyError)"}[want]  # fmt: skip
+        if a.status != "ok":
+            found = f"{a.status}: {a.error}"
+        else:
+            sharing = "shared" if a.zero_copy else "copied"
+            found = f"converted ({a.mode}, {sharing}, {'read-only' if a.readonly else 'writable'})"
+        return f"table: dlbridge {said} for {self.consumer}; probe: {found}"
 
     def as_dict(self) -> dict[str, Any]:
         n, d, v = self.native, self.dlbridge, self.view
@@ -99,7 +131,52 @@ class Cell:
             "view": v.as_dict(),
             "table_predicts": self.predicted,
             "table_disagrees": self.disagreement(),
-        }
+            **({} if self.layout == "dense" else {
+                "layout": self.layout,
+                "native_readonly": n.readonly,
+                "dlbridge_readonly": d.readonly,
+                "table_predicts_readonly": self.predicted_readonly,
+                "table_predicts_dlbridge": self.predicted_dlbridge,
+            }),
+        }  # fmt: skip
+
+
+@dataclass
+class Export:
+    """What one producer's capsule says for one dtype it makes, against its producer rows."""
+
+    producer: str
+    producer_device: str
+    dtype: str
+    raw: str  # the dtype its own __dlpack__() capsule says, or "refused: <error>"
+    adapter: str  # the same through dlbridge's export (the adapter's fixes), or "refused: <error>"
+    predicted: str  # "refused" (cannot_export), "uint8" (exports_uint8), or the dtype itself
+
+    @property
+    def label(self) -> str:
+        return f"{self.producer}:{self.producer_device} exports {self.dtype}"
+
+    def disagreement(self) -> str | None:
+        refused = self.raw.startswith("refused")
+        if self.predicted == "refused":
+            if refused:
+                return None
+            said = "cannot export it"
+        elif self.predicted == "uint8":
+            if self.raw == "uint8":
+                return None
+            said = "labels its capsule uint8"
+        else:  # exported as is, or (NumPy's ml_dtypes arrays) through the adapter's export
+            if self.raw == self.dtype or (refused and self.adapter == self.dtype):
+                return None
+            said = "exports it as is"
+        found = self.raw if refused else f"__dlpack__() says {self.raw}"
+        return f"table: {self.producer} {said}; probe: {found} (dlbridge's export: {self.adapter})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"producer": self.producer, "producer_device": self.producer_device, "dtype": self.dtype,
+                "raw": self.raw, "adapter": self.adapter, "table_predicts": self.predicted,
+                "table_disagrees": self.disagreement()}  # fmt: skip
 
 
 @dataclass
@@ -109,14 +186,22 @@ class Report:
     cells: list[Cell]
     not_made: list[dict[str, str]]  # producer, producer_device, dtype, why
     caps: dict[str, Any] = field(default_factory=dict)
+    layout_cells: list[Cell] = field(default_factory=list)  # transposed and read-only sources
+    exports: list[Export] = field(default_factory=list)  # producer x dtype: what its capsule says
 
-    def disagreements(self) -> list[tuple[Cell, str]]:
-        return [(c, why) for c in self.cells if (why := c.disagreement()) is not None]
+    def disagreements(self) -> list[tuple[Cell | Export, str]]:
+        found: list[tuple[Cell | Export, str]] = []
+        items: list[Cell | Export] = [*self.cells, *self.layout_cells, *self.exports]
+        for item in items:
+            why = item.disagreement()
+            if why is not None:
+                found.append((item, why))
+        return found
 
     def dlbridge_failures(self) -> list[tuple[Cell, str, Attempt]]:
         """dlbridge attempts that crashed, were wrong, or failed without a dlbridge error."""
         bad = []
-        for cell in self.cells:
+        for cell in (*self.cells, *self.layout_cells):
             for name in ("dlbridge", "view"):
                 a = cell.attempts[name]
                 if a.status in ("crash", "wrong") or (a.status == "error" and not a.clean):
@@ -128,9 +213,22 @@ class Report:
             "versions": self.versions,
             "meta": self.meta,
             "cells": [c.as_dict() for c in self.cells],
+            "layout_cells": [c.as_dict() for c in self.layout_cells],
+            "exports": [e.as_dict() for e in self.exports],
             "not_made": self.not_made,
             "table_disagrees": [{"cell": c.label, "why": why} for c, why in self.disagreements()],
         }
+
+
+_CAP_FLAGS = ("crashes_on_reject", "versioned_capsules", "compact_only", "row_major_only", "readonly_arrays",
+              "readonly_imports")  # fmt: skip
+
+
+def caps_entry(c: Any, device_codes: Any) -> dict[str, Any]:
+    """A consumer's ``Capabilities`` as the JSON the predictions read (made in the worker)."""
+    return {"version": c.version, "imports": sorted(c.imports), "holds": sorted(c.holds),
+            "device_codes": sorted(device_codes), **{f: getattr(c, f) for f in _CAP_FLAGS},
+            "exports_uint8": sorted(c.exports_uint8), "cannot_export": sorted(c.cannot_export)}  # fmt: skip
 
 
 def predict(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> str | None:
@@ -143,3 +241,40 @@ def predict(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> s
     if cell.dtype in c["imports"]:
         return "ok"
     return "crash" if c["crashes_on_reject"] else "error"
+
+
+def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> None:
+    """Fill in what the table says about a layout cell, only where a row speaks to it.
+
+    transposed: ``row_major_only`` refuses or misreads it natively, and dlbridge hands over a
+    dense copy; without it the consumer takes the strided capsule (``compact_only`` allows any
+    permutation of a dense layout). read-only: ``readonly_arrays`` (or ``readonly_imports``)
+    give a read-only native result; dlbridge shares it read-only with ``readonly_arrays`` over a
+    versioned capsule, and otherwise refuses with ReadOnlyError (a legacy capsule cannot say
+    read-only, and a writable array would let writes through). No row: no prediction.
+    """
+    c = caps.get(cell.consumer)
+    cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge = predict(cell, caps, device_codes), None, None
+    if c is None or cell.predicted != "ok":  # another device, or a dtype it does not import
+        return
+    if cell.layout == "transposed":
+        cell.predicted = "error" if c["row_major_only"] else "ok"
+        cell.predicted_dlbridge = "copy" if c["row_major_only"] else "ok"
+    elif cell.layout == "readonly":
+        readonly = c["readonly_arrays"] or c["readonly_imports"]
+        cell.predicted = "ok" if readonly else None
+        cell.predicted_readonly = True if readonly else None
+        if not c["versioned_capsules"]:
+            cell.predicted_dlbridge = "ReadOnlyError"
+        elif c["readonly_arrays"]:
+            cell.predicted_dlbridge = "readonly"
+        elif not c["readonly_imports"]:
+            cell.predicted_dlbridge = "ReadOnlyError"
+
+
+def predict_export(producer: str, dtype: str, caps: dict[str, Any]) -> str:
+    """What the producer rows say its own capsule for ``dtype`` is: "refused", "uint8" or ``dtype``."""
+    c = caps.get(producer, {})
+    if dtype in c.get("cannot_export", ()):
+        return "refused"
+    return "uint8" if dtype in c.get("exports_uint8", ()) else dtype

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._adapters import ADAPTERS
-from ._cases import BASE_DTYPES, CANDIDATE_DTYPES, EXTRA_FP8, FRAMEWORKS
-from ._model import ATTEMPTS, Attempt, Cell, Report, predict
+from ._cases import BASE_DTYPES, CANDIDATE_DTYPES, EXTRA_FP8, FRAMEWORKS, LAYOUT_DTYPE, LAYOUTS
+from ._model import ATTEMPTS, Attempt, Cell, Export, Report, predict, predict_export, predict_layout
 
 __all__ = ["run_report", "Progress"]
 
@@ -147,6 +147,33 @@ def _cells(hello: dict[str, Any], frameworks: list[str], dtypes: list[str] | Non
     return cells, not_made, dtypes
 
 
+def _layout_cells(hello: dict[str, Any], frameworks: list[str]) -> list[Cell]:
+    """One float32 source per producer and layout it can make, handed to every consumer."""
+    consumers = [f for f in FRAMEWORKS if f in frameworks]
+    cells = []
+    for key, layouts in hello.get("layouts", {}).items():
+        fw, dev = key.split(":")
+        if hello["producers"][key].get(LAYOUT_DTYPE, "not probed") is not None:
+            continue
+        for layout in LAYOUTS:
+            if layouts.get(layout, "not probed") is not None:
+                continue
+            for consumer in consumers:
+                cell = Cell(fw, dev, consumer, LAYOUT_DTYPE, layout=layout)
+                predict_layout(cell, hello["caps"], hello["device_codes"])
+                cells.append(cell)
+    return cells
+
+
+def _exports(hello: dict[str, Any]) -> list[Export]:
+    found = []
+    for key, dtypes in hello.get("exports", {}).items():
+        fw, dev = key.split(":")
+        for dtype, seen in dtypes.items():
+            found.append(Export(fw, dev, dtype, seen["raw"], seen["adapter"], predict_export(fw, dtype, hello["caps"])))
+    return found
+
+
 def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | None, *, jobs: int = 2,
                timeout: float = 60.0, progress: Progress | None = None, command: str = "") -> Report:  # fmt: skip
     """Probe every cell; returns the (possibly partial, after Ctrl-C) report."""
@@ -162,7 +189,8 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
         broken: dict[str, str] = hello.get("broken", {})
         frameworks = [f for f in frameworks if f not in broken]  # importing it failed: said in the header
         config["frameworks"] = frameworks
-        cells, not_made, dtypes = _cells(hello, frameworks, dtypes)
+        dense, not_made, dtypes = _cells(hello, frameworks, dtypes)
+        cells = dense + _layout_cells(hello, frameworks)
         tasks = deque(
             {
                 "id": i * len(ATTEMPTS) + j,
@@ -170,6 +198,7 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
                 "device": c.producer_device,
                 "consumer": c.consumer,
                 "dtype": c.dtype,
+                "layout": c.layout,
                 "attempt": a,
             }
             for i, c in enumerate(cells)
@@ -185,13 +214,14 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
     finally:
         for w in workers:
             w.close()
-    done = [c for c in cells if c.complete]
+    done = [c for c in cells if c.complete and c.layout == "dense"]
+    layouts_done = [c for c in cells if c.complete and c.layout != "dense"]
     meta = _meta(hello, command, jobs, time.monotonic() - started, frameworks, devices, dtypes)
     meta["partial"] = interrupted
-    meta["cells_planned"], meta["cells_done"] = len(cells), len(done)
+    meta["cells_planned"], meta["cells_done"] = len(cells), len(done) + len(layouts_done)
     meta["import_failed"] = broken
     versions = {**hello["versions"], "dlbridge": meta["dlbridge"], "python": meta["python"]}
-    return Report(meta, versions, done, not_made, hello["caps"])
+    return Report(meta, versions, done, not_made, hello["caps"], layouts_done, _exports(hello))
 
 
 def _wait_hello(worker: _Worker) -> dict[str, Any]:

@@ -18,9 +18,11 @@ import os
 import signal
 import sys
 import warnings
+from functools import partial
 from typing import Any
 
 from .._adapters import ADAPTERS
+from .._capsule import c_strides, read
 from .._convert import inspect
 from .._dtypes import BY_NAME, unsigned_of_width
 from .._errors import DLBridgeError, UnsupportedDtypeError
@@ -28,21 +30,27 @@ from .._options import NOT_GIVEN, resolve_fallback
 from .._plan import plan_for
 from ._cases import (
     DEVICE_CODE,
+    LAYOUT_DTYPE,
+    LAYOUTS,
     Ref,
     cuda_producers,
     gpu_info,
     import_order,
+    layout_ref,
     make_source,
     native_import,
     reference,
     upcast_bits,
 )
+from ._model import caps_entry
 
 __all__ = ["task_key", "run_task", "hello", "main"]
 
 
 def task_key(task: dict[str, Any]) -> str:
-    return f"{task['producer']}:{task['device']}>{task['consumer']}:{task['dtype']}:{task['attempt']}"
+    layout = task.get("layout", "dense")
+    dtype = task["dtype"] if layout == "dense" else f"{task['dtype']}@{layout}"
+    return f"{task['producer']}:{task['device']}>{task['consumer']}:{dtype}:{task['attempt']}"
 
 
 def _error(err: BaseException) -> str:
@@ -73,7 +81,15 @@ def _native(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
         return {"status": "error", "error": _error(err), "clean": False, "export_failed": _export_fails(src)}
     wrong = _check(consumer, out, ref, task["dtype"], ref.data)
     zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
-    return {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": "native"}
+    found = {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": "native"}
+    return _readonly(task, out, found)
+
+
+def _readonly(task: dict[str, Any], out: Any, found: dict[str, Any]) -> dict[str, Any]:
+    """Read-only sources' cells also say whether the result is read-only (what the rows predict)."""
+    if task.get("layout") == "readonly" and found["status"] == "ok":
+        found["readonly"] = ADAPTERS[task["consumer"]].is_readonly(out)
+    return found
 
 
 def _export_fails(src: Any) -> bool:
@@ -123,18 +139,21 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
         zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
     elif mode in ("upcast", "copy"):
         zero_copy = False
-    return {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": mode}
+    return _readonly(
+        task, out, {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": mode}
+    )
 
 
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
     """Run one attempt; every Python-level failure becomes data (a crash ends the process)."""
+    layout = task.get("layout", "dense")
     try:
         ref = reference(task["dtype"])
-        src = make_source(task["producer"], task["device"], ref)
+        src = make_source(task["producer"], task["device"], ref, layout)
     except Exception as err:
         return {"status": "skip", "error": f"producer cannot make it: {_error(err)}"}
     attempt = _native if task["attempt"] == "native" else _dlbridge
-    return attempt(task, src, ref)
+    return attempt(task, src, layout_ref(ref, layout))
 
 
 # --- hello: what this stack is ------------------------------------------------------------------
@@ -174,20 +193,65 @@ def _makes(framework: str, device: str, dtypes: list[str]) -> dict[str, str | No
     return found
 
 
+def _capsule_dtype(make: Any) -> str:
+    """The dtype a capsule from ``make()`` says, or "refused: <error>" when making it raises."""
+    try:
+        return read(make()).dtype  # the unconsumed capsule is freed by its destructor
+    except Exception as err:
+        return f"refused: {_error(err)}"
+
+
+def _exports(framework: str, device: str, makes: dict[str, str | None]) -> dict[str, dict[str, str]]:
+    """dtype -> what the producer's capsules say: its own ``__dlpack__()`` ("raw") and dlbridge's
+    export through the adapter ("adapter"), for every dtype it makes."""
+    adapter = ADAPTERS[framework]
+    found = {}
+    for dtype, why in makes.items():
+        try:
+            src = make_source(framework, device, reference(dtype)) if why is None else None
+        except Exception:  # made a moment ago: a flaky producer says nothing about its rows
+            src = None
+        if src is None:
+            continue
+        found[dtype] = {
+            "raw": _capsule_dtype(src.__dlpack__),
+            "adapter": _capsule_dtype(partial(adapter.export, src, stream=None, max_version=None)),
+        }
+    return found
+
+
+def _layouts(framework: str, device: str) -> dict[str, str | None]:
+    """layout -> None when the producer makes a source of it (a strided view, a READ_ONLY capsule),
+    else why not."""
+    found: dict[str, str | None] = {}
+    for layout in LAYOUTS:
+        try:
+            info = inspect(make_source(framework, device, reference(LAYOUT_DTYPE), layout))
+            if layout == "transposed" and info.strides in (None, c_strides(info.shape)):
+                found[layout] = "its transpose is a dense copy, not a strided view"
+            elif layout == "readonly" and not info.readonly:
+                found[layout] = "its read-only view's capsule is not flagged READ_ONLY"
+            else:
+                found[layout] = None
+        except Exception as err:
+            found[layout] = _error(err)
+    return found
+
+
 def hello(frameworks: list[str], devices: list[str], dtypes: list[str]) -> dict[str, Any]:
     cuda = cuda_producers(frameworks) if "cuda" in devices else []
-    producers = {}
+    producers, exports, layouts = {}, {}, {}
     for fw in frameworks:
         for dev in ADAPTERS[fw].producer_devices:
             if dev in devices and (dev == "cpu" or fw in cuda):
-                producers[f"{fw}:{dev}"] = _makes(fw, dev, dtypes)
-    caps = {}
-    for fw in frameworks:
-        c = ADAPTERS[fw].capabilities()
-        caps[fw] = {"version": c.version, "imports": sorted(c.imports), "holds": sorted(c.holds),
-                    "crashes_on_reject": c.crashes_on_reject, "device_codes": sorted(ADAPTERS[fw].device_codes)}  # fmt: skip
+                key = f"{fw}:{dev}"
+                producers[key] = _makes(fw, dev, dtypes)
+                exports[key] = _exports(fw, dev, producers[key])
+                layouts[key] = _layouts(fw, dev)
+    caps = {fw: caps_entry(ADAPTERS[fw].capabilities(), ADAPTERS[fw].device_codes) for fw in frameworks}
     return {"versions": _versions(frameworks), "cuda": cuda, "gpu": gpu_info(cuda) if cuda else None,
-            "producers": producers, "caps": caps, "device_codes": DEVICE_CODE}  # fmt: skip
+            "producers": producers, "exports": exports, "layouts": layouts, "caps": caps,
+            "device_codes": DEVICE_CODE}  # fmt: skip
 
 
 def _die_with_parent(parent: int) -> None:
