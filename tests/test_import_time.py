@@ -53,14 +53,15 @@ print((time.perf_counter() - t) * 1e3)
 
 
 def test_import_time_is_small() -> None:
-    # Target is <= 50 ms (benchmarks/bench.py prints the real figure); the bound here is
-    # generous so a busy CI machine does not flake.
+    # Target is <= 50 ms (benchmarks/bench.py prints the real figure; ~20 ms with bytecode, ~65 ms
+    # compiling from source on a 2-core VM). The bound only catches gross regressions (a framework
+    # imported at import time costs seconds), generous so a loaded 2-core machine does not flake.
     times = []
     for _ in range(3):
         proc = run_child(TIME_IT)
         assert proc.returncode == 0, proc.stderr
         times.append(float(proc.stdout.strip().splitlines()[-1]))
-    assert statistics.median(times) < 200, times
+    assert statistics.median(times) < 300, times
 
 
 def test_guard_loads_on_first_use() -> None:

@@ -317,9 +317,9 @@ def test_layout_cells_are_probed_and_rendered(cpu_run):
 def test_transposed_prediction_follows_row_major_only():
     c = Cell("numpy", "cpu", "numpy", "float32", layout="transposed")
     predict_layout(c, _hello_caps(numpy={"row_major_only": True}), {"cpu": 1})
-    assert (c.predicted, c.predicted_dlbridge) == ("error", "copy")
+    assert (c.predicted, c.predicted_dlbridge) == (None, "copy")  # native may take another path: not predicted
     c.attempts = {a: Attempt("ok", mode="native", zero_copy=True) for a in ATTEMPTS}  # what NumPy really does
-    assert "does not import it" in c.disagreement()
+    assert c.disagreement() is not None  # dlbridge shared it where the row says it copies
     predict_layout(c, _hello_caps(), {"cpu": 1})
     assert (c.predicted, c.predicted_dlbridge) == ("ok", "ok") and c.disagreement() is None
 

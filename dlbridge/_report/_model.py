@@ -246,9 +246,10 @@ def predict(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> s
 def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> None:
     """Fill in what the table says about a layout cell, only where a row speaks to it.
 
-    transposed: ``row_major_only`` refuses or misreads it natively, and dlbridge hands over a
-    dense copy; without it the consumer takes the strided capsule (``compact_only`` allows any
-    permutation of a dense layout). read-only: ``readonly_arrays`` (or ``readonly_imports``)
+    transposed: with ``row_major_only`` dlbridge hands over a dense copy (the row is about the import
+    path dlbridge uses; the consumer's own from_dlpack of an array may take another one, so its native
+    outcome is not predicted); without it the consumer takes the strided capsule (``compact_only``
+    allows any permutation of a dense layout). read-only: ``readonly_arrays`` (or ``readonly_imports``)
     give a read-only native result; dlbridge shares it read-only with ``readonly_arrays`` over a
     versioned capsule, and otherwise refuses with ReadOnlyError (a legacy capsule cannot say
     read-only, and a writable array would let writes through). No row: no prediction.
@@ -258,7 +259,7 @@ def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int
     if c is None or cell.predicted != "ok":  # another device, or a dtype it does not import
         return
     if cell.layout == "transposed":
-        cell.predicted = "error" if c["row_major_only"] else "ok"
+        cell.predicted = None if c["row_major_only"] else "ok"
         cell.predicted_dlbridge = "copy" if c["row_major_only"] else "ok"
     elif cell.layout == "readonly":
         readonly = c["readonly_arrays"] or c["readonly_imports"]
