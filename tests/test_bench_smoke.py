@@ -166,3 +166,16 @@ def test_plot_rejects_a_file_that_is_not_a_run(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
     assert proc.returncode == 2 and "expected the JSON of benchmarks/bench.py --json" in proc.stderr
     assert not (tmp_path / "x.svg").exists()
+
+
+def test_first_call_section_has_a_source_for_every_cpu_framework() -> None:
+    """The default run times the first conversion into each CPU framework; each needs a source."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from _cases import CPU_FRAMEWORKS
+        from _timing import _SOURCES
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert set(CPU_FRAMEWORKS) <= set(_SOURCES)
+    for target, setup in _SOURCES.items():
+        assert f"import {target}" not in setup, target  # the source must not pre-import the target
