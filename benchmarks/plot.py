@@ -61,11 +61,9 @@ def _line(x1: float, y1: float, x2: float, y2: float, stroke: str, width: float 
 
 
 def _domain(rows: list[dict[str, Any]]) -> tuple[float, float]:
-    """Log-scale bounds: powers of two around every ratio, every target and 1.0."""
+    """Log-scale bounds around every ratio, every target and 1.0, with a little room each side."""
     values = [1.0] + [r["ratio"] for r in rows] + [r["target"] for r in rows if r.get("target")]
-    lo = 2.0 ** math.floor(math.log2(min(values) / 1.05))
-    hi = 2.0 ** math.ceil(math.log2(max(values) * 1.05))
-    return lo, hi
+    return min(values) / 1.1, max(values) * 1.1
 
 
 def _title_lines(data: dict[str, Any]) -> list[str]:
