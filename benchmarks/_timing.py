@@ -171,6 +171,8 @@ _SOURCES = {  # a small float32 source from a framework other than the target
     "torch": "import numpy as np; x = np.ones(256, dtype=np.float32)",
     "jax": "import numpy as np; x = np.ones(256, dtype=np.float32)",
     "numpy": "import torch; x = torch.ones(256)",
+    "paddle": "import numpy as np; x = np.ones(256, dtype=np.float32)",
+    "tensorflow": "import numpy as np; x = np.ones(256, dtype=np.float32)",
 }
 
 

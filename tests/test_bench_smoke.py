@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -94,3 +95,87 @@ def test_import_section_parses(tmp_path: Path) -> None:
 def test_bad_arguments_exit_nonzero(bad: list[str]) -> None:
     proc = subprocess.run([sys.executable, str(BENCH), *bad], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage:" in proc.stderr
+
+
+def _plot_input(tmp_path: Path) -> tuple[Path, list[dict]]:
+    """A run in bench.py's own JSON format: rows built with its ``Row`` and ``asdict``, as it writes them."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from dataclasses import asdict
+
+        from _cases import KIB, MIB, Row
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rows = [
+        Row("numpy", "torch", "cpu", "float32", KIB, "native", "float32", 2.5, 10.9, 4.4, 1.10, False, True, True),
+        Row("numpy", "torch", "cpu", "float32", 16 * MIB, "native", "float32", 2.4, 2.5, 1.04, 1.10, True, True, True),
+        Row("torch", "numpy", "cpu", "bfloat16", KIB, "reinterpret", "uint16", 4.5, 3.0, 0.66, 1.25, True, True, False),
+        Row("jax", "torch", "cpu", "float32", KIB, "native", "float32", 8.8, 16.8, 1.95, 1.10, False, True, True),
+        Row("tensorflow", "torch", "cpu", "float8_e4m3fn", KIB, skipped="tensorflow cannot make float8_e4m3fn"),
+        Row("torch", "cupy", "cuda", "float32", KIB, skipped="torch: no CUDA device"),
+    ]
+    data = {"date": "2026-11-23 14:47:28", "machine": "Linux x86_64, 2 CPUs (test)", "rounds": 21,
+            "versions": {"python": "3.11.7", "dlbridge": "0.1.0", "torch": "2.13.0+cpu", "cupy": "not installed"},
+            "command": "benchmarks/bench.py --only cpu --json run.json", "cuda": {}, "imports": {},
+            "rows": [asdict(r) for r in rows]}  # fmt: skip
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data))
+    return path, data["rows"]
+
+
+def test_plot_draws_one_bar_per_timed_row_and_the_native_line(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    run, rows = _plot_input(tmp_path)
+    out = tmp_path / "ratios.svg"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plot.py"), str(run), str(out),
+                           "--note", "a loaded machine"], capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    svg = ET.parse(out).getroot()  # well-formed XML
+    ns = "{http://www.w3.org/2000/svg}"
+    assert svg.get("width") == "800"
+    bars = [e for e in svg.iter(f"{ns}rect") if e.get("class") == "bar"]
+    timed = [r for r in rows if not r["skipped"]]
+    assert len(bars) == len(timed) == 4
+    # Bars in row order; each tooltip names its row, and the bar's colour says zero-copy or copied.
+    tips = [b.find(f"{ns}title").text for b in bars]  # type: ignore[union-attr]
+    assert [t.split(":")[0] for t in tips] == ["numpy→torch f32 1 KiB", "numpy→torch f32 16 MiB",
+                                               "torch→numpy bf16 1 KiB", "jax→torch f32 1 KiB"]  # fmt: skip
+    assert [b.get("fill") for b in bars].count(bars[2].get("fill")) == 1  # only the copied row differs
+    # Bars grow from the 1.0 line on a log scale: right when slower than native, left when faster.
+    (native,) = [e for e in svg.iter(f"{ns}line") if e.get("class") == "native"]
+    assert native.get("x1") == native.get("x2")
+    one = float(native.get("x1"))  # type: ignore[arg-type]
+    xs = [float(b.get("x")) for b in bars]  # type: ignore[arg-type]
+    widths = [float(b.get("width")) for b in bars]  # type: ignore[arg-type]
+    assert xs[0] == xs[1] == xs[3] == pytest.approx(one, abs=0.11)  # ratios 4.4, 1.04, 1.95
+    assert xs[2] + widths[2] == pytest.approx(one, abs=0.11)  # ratio 0.66
+    assert widths[1] < widths[2] < widths[3] < widths[0]
+    assert widths[0] / widths[3] == pytest.approx(math.log(4.4) / math.log(1.95), rel=0.02)
+    assert len([e for e in svg.iter(f"{ns}line") if e.get("class") == "target"]) == 4
+    text = " ".join(t.text or "" for t in svg.iter(f"{ns}text"))
+    assert "2026-11-23 14:47:28" in text and "Linux x86_64, 2 CPUs (test)" in text and "torch 2.13.0+cpu" in text
+    assert "cupy" not in text  # "not installed" frameworks are left out of the title
+    assert "4 rows timed, 2 skipped" in text and "a loaded machine" in text
+
+
+def test_plot_rejects_a_file_that_is_not_a_run(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plot.py"), str(bad), str(tmp_path / "x.svg")],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 2 and "expected the JSON of benchmarks/bench.py --json" in proc.stderr
+    assert not (tmp_path / "x.svg").exists()
+
+
+def test_first_call_section_has_a_source_for_every_cpu_framework() -> None:
+    """The default run times the first conversion into each CPU framework; each needs a source."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from _cases import CPU_FRAMEWORKS
+        from _timing import _SOURCES
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert set(CPU_FRAMEWORKS) <= set(_SOURCES)
+    for target, setup in _SOURCES.items():
+        assert f"import {target}" not in setup, target  # the source must not pre-import the target
