@@ -62,7 +62,8 @@ def render_svg(report: Report) -> str:
     rows = list(dict.fromkeys((c.producer, c.producer_device, c.consumer) for c in report.cells))
     col_w = 2 * _CELL_W + _GAP + 10
     split = next((i for i, d in enumerate(dtypes) if d not in BASE_DTYPES), len(dtypes))
-    x0 = _LABEL_W
+    # Labels are right-aligned at x0: wide enough for the longest one (~6.5 px a character at 11 px).
+    x0 = max(_LABEL_W, 16 + max((len(f"{p}:{d} → {c}") for p, d, c in rows), default=0) * 6.5)
 
     def col_x(i: int) -> float:
         return x0 + i * col_w + (12 if i >= split else 0)  # a gap before the other fp8 formats
