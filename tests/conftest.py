@@ -37,7 +37,11 @@ def need(name: str):
             and name not in sys.modules
             and importlib.util.find_spec(adapter.module) is not None
         ):
-            importlib.import_module(adapter.module)
+            import warnings
+
+            with warnings.catch_warnings():  # its import-time notices (paddle: "No ccache found") are not ours
+                warnings.simplefilter("ignore")
+                importlib.import_module(adapter.module)
         if adapter.module == name and name not in sys.modules:
             loaded = [m for m in adapter.unsafe_after if m in sys.modules]
             if loaded:

@@ -4,6 +4,7 @@ values (a resolved copy where copy= allows it) or a ProducerError that names the
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 import numpy as np
@@ -291,3 +292,18 @@ def test_guard_refuses_a_masked_argument() -> None:
 
     with pytest.raises(dlbridge.ProducerError, match=r"body\(x=.*x\.filled\(value\)"):
         body(np.ma.masked_array([1.0], mask=[True]))
+
+
+def test_set_on_the_source_after_export_leaves_the_import_reading_live_memory() -> None:
+    """torch's capsule holds the exported tensor, not its storage: after x.set_(y) an import of x
+    would read freed memory. dlbridge exports a detached alias, which holds the storage."""
+    torch = need("torch")
+    np = need("numpy")
+    x = torch.arange(4096, dtype=torch.float32)
+    out = dlbridge.to_numpy(x)
+    assert out.ctypes.data == x.data_ptr()  # zero-copy
+    x.set_(torch.zeros(2))
+    gc.collect()
+    for _ in range(50):  # churn the allocator: freed memory would be reused and overwritten
+        torch.full((4096,), 7.0).sum()
+    np.testing.assert_array_equal(out, np.arange(4096, dtype=np.float32))

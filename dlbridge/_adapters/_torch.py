@@ -31,7 +31,12 @@ class TorchAdapter(Adapter):
         # Refused like torch's own refusals (autograd, conjugate bit): export_failed resolves it.
         if obj.is_neg():
             raise BufferError(_NEG_BIT)
-        return export_capsule(obj, stream=stream, max_version=max_version)
+        if obj.requires_grad:
+            return export_capsule(obj, stream=stream, max_version=max_version)  # torch refuses it
+        # torch's capsule keeps the exported tensor alive, not its storage: a later x.set_(...) on the
+        # caller's tensor would free memory the importer still reads (probe 2026-11-23, torch 2.13:
+        # np.from_dlpack(x) then x.set_(y) gives garbage). A detached alias holds the storage itself.
+        return export_capsule(obj.detach(), stream=stream, max_version=max_version)
 
     def for_type(self, cls: type) -> Adapter:
         fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", None)
