@@ -5,11 +5,13 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ._adapters import ADAPTERS, adapter_named
+from ._accelerator import accel
+from ._adapters import adapter_named
 from ._capabilities import Capabilities
 from ._capabilities import capabilities as _table
-from ._convert import _convert
-from ._options import NOT_GIVEN, resolve_fallback
+from ._options import NOT_GIVEN
+from ._route import SPECS
+from ._route import convert as _route
 
 if TYPE_CHECKING:
     import cupy
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
 
     from ._types import DeviceLike, DTypeLike, FallbackOption, SupportsDLPack
 
+_TORCH, _CUPY, _JAX, _NUMPY = SPECS["torch"], SPECS["cupy"], SPECS["jax"], SPECS["numpy"]
+_TENSORFLOW, _PADDLE = SPECS["tensorflow"], SPECS["paddle"]
+
 __all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "to_tensorflow", "to_paddle", "convert", "capabilities"]
 
 # ``x`` is typed ``SupportsDLPack | Any``: any DLPack array, but also a raw capsule or a producer older
@@ -31,7 +36,7 @@ def to_torch(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN
              dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
              stream: int | None = None) -> torch.Tensor:  # fmt: skip
     """``x`` as a ``torch.Tensor``: same memory and true dtype where torch can hold it."""
-    result: torch.Tensor = _convert(x, ADAPTERS["torch"], resolve_fallback(fallback), dtype, device, copy, stream)
+    result: torch.Tensor = _route(_TORCH, x, fallback, dtype, device, copy, stream)
     return result
 
 
@@ -39,7 +44,7 @@ def to_cupy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
             dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
             stream: int | None = None) -> cupy.ndarray:  # fmt: skip
     """``x`` as a ``cupy.ndarray``. CPU sources need ``device="cuda"`` or ``copy=True``."""
-    result: cupy.ndarray = _convert(x, ADAPTERS["cupy"], resolve_fallback(fallback), dtype, device, copy, stream)
+    result: cupy.ndarray = _route(_CUPY, x, fallback, dtype, device, copy, stream)
     return result
 
 
@@ -47,7 +52,7 @@ def to_jax(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
            dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
            stream: int | None = None) -> jax.Array:  # fmt: skip
     """``x`` as a ``jax.Array`` (zero-copy where JAX can share the buffer)."""
-    result: jax.Array = _convert(x, ADAPTERS["jax"], resolve_fallback(fallback), dtype, device, copy, stream)
+    result: jax.Array = _route(_JAX, x, fallback, dtype, device, copy, stream)
     return result
 
 
@@ -55,9 +60,7 @@ def to_numpy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN
              dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
              stream: int | None = None) -> numpy.ndarray[Any, Any]:  # fmt: skip
     """``x`` as a ``numpy.ndarray``; bf16/fp8 arrive as ml_dtypes arrays sharing the memory."""
-    result: numpy.ndarray[Any, Any] = _convert(
-        x, ADAPTERS["numpy"], resolve_fallback(fallback), dtype, device, copy, stream
-    )
+    result: numpy.ndarray[Any, Any] = _route(_NUMPY, x, fallback, dtype, device, copy, stream)
     return result
 
 
@@ -66,9 +69,7 @@ def to_tensorflow(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_
                   stream: int | None = None) -> tensorflow.Tensor:  # fmt: skip
     """``x`` as a ``tf.Tensor`` (zero-copy where TensorFlow can share the buffer; it takes only
     dense row-major layouts, so others are copied densely first)."""
-    result: tensorflow.Tensor = _convert(
-        x, ADAPTERS["tensorflow"], resolve_fallback(fallback), dtype, device, copy, stream
-    )
+    result: tensorflow.Tensor = _route(_TENSORFLOW, x, fallback, dtype, device, copy, stream)
     return result
 
 
@@ -77,7 +78,7 @@ def to_paddle(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVE
               stream: int | None = None) -> paddle.Tensor:  # fmt: skip
     """``x`` as a ``paddle.Tensor``: same memory and true dtype where Paddle can hold it. Raises
     MissingFrameworkError instead of importing paddle after tensorflow (that crashes the process)."""
-    result: paddle.Tensor = _convert(x, ADAPTERS["paddle"], resolve_fallback(fallback), dtype, device, copy, stream)
+    result: paddle.Tensor = _route(_PADDLE, x, fallback, dtype, device, copy, stream)
     return result
 
 
@@ -118,7 +119,7 @@ def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: Fallb
     Zero-copy whenever the target can hold the data where it is; see the README for the
     fallback policy. ``copy=False`` forbids any copy, ``copy=True`` always copies.
     """
-    return _convert(x, adapter_named(to), resolve_fallback(fallback), dtype, device, copy, stream)
+    return _route(SPECS[adapter_named(to).name], x, fallback, dtype, device, copy, stream)
 
 
 def capabilities(consumer: str, version: str | None = None) -> Capabilities:
@@ -131,3 +132,12 @@ def capabilities(consumer: str, version: str | None = None) -> Capabilities:
         adapter = adapter_named(consumer)
         return _table(adapter.name, adapter.installed_version())
     return _table(consumer, version)
+
+
+# Compiled: each to_<framework> becomes a callable that enters the fast route without a Python
+# frame; its name, docstring and signature stay those of the function above (``__wrapped__``).
+if accel is not None:
+    for _name, _spec in (("to_torch", _TORCH), ("to_cupy", _CUPY), ("to_jax", _JAX), ("to_numpy", _NUMPY),
+                         ("to_tensorflow", _TENSORFLOW), ("to_paddle", _PADDLE)):  # fmt: skip
+        globals()[_name] = accel.Route(_spec, globals()[_name])
+    del _name, _spec

@@ -16,6 +16,7 @@ from functools import lru_cache
 from math import prod
 from typing import Any, NoReturn
 
+from ._accelerator import accel
 from ._dtypes import BY_TRIPLE, DType, dtype_name
 from ._errors import CapsuleError
 
@@ -467,3 +468,122 @@ class Carrier:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self._device
+
+
+# --- the fast route's pieces (see _route.py; _accel.c has the compiled forms) --------------------
+
+_Probe = tuple[bool, int, int, int, int, int, int, int, int, int, int, tuple[int, ...], "tuple[int, ...] | None", int]
+
+
+def _probe_py(capsule: object) -> _Probe | None:
+    """A capsule's raw fields, or None for anything ``read`` must judge (and explain)."""
+    if type(capsule) is not CapsuleType:
+        return None
+    name = _get_name(capsule)
+    if name == VERSIONED:
+        address = _get_pointer(capsule, VERSIONED)
+        if not address or _u32.from_address(address).value != SUPPORTED_MAJOR:
+            return None
+        major, minor, _, _, flags, data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, \
+            byte_offset = _VERSIONED_STRUCT.unpack_from(_VersionedBytes.from_address(address))  # fmt: skip
+        versioned = True
+    elif name == LEGACY:
+        address = _get_pointer(capsule, LEGACY)
+        if not address:
+            return None
+        data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset = (
+            _HEAD_STRUCT.unpack_from(_HeadBytes.from_address(address))
+        )
+        versioned, major, minor, flags = False, 0, 0, 0
+    else:
+        return None
+    if not 0 <= ndim <= MAX_NDIM or (ndim and not shape_at):
+        return None
+    if ndim:
+        unpack, raw = _INT64_READERS.get(ndim) or _int64_reader(ndim)
+        shape = unpack(raw.from_address(shape_at))
+        strides = unpack(raw.from_address(strides_at)) if strides_at else None
+    else:
+        shape, strides = (), None
+    return (versioned, major, minor, flags, data or 0, device_type, device_id, ndim, code, bits, lanes, shape,
+            strides, byte_offset)  # fmt: skip
+
+
+def relabel_triple(capsule: object, triple: int) -> None:
+    """Write dtype ``code | bits << 8 | lanes << 16`` into an unconsumed capsule (a route's relabel)."""
+    head = _Head.from_address(_tensor_address(capsule))
+    head.code, head.bits, head.lanes = triple & 0xFF, (triple >> 8) & 0xFF, triple >> 16
+
+
+def restore_triple(capsule: object, triple: int) -> None:
+    """Undo ``relabel_triple`` if nobody consumed the capsule (its name is unchanged)."""
+    if _get_name(capsule) in (LEGACY, VERSIONED):
+        relabel_triple(capsule, triple)
+
+
+# DLPack's C exchange API (dlpack.h 1.3, DLPackExchangeAPI): a type's __dlpack_c_exchange_api__
+# capsule holds a table of C functions; managed_tensor_from_py_object_no_sync exports without the
+# Python-level __dlpack__ (and without stream synchronisation: CPU only here).
+class _ExchangeAPI(ctypes.Structure):
+    _fields_ = [
+        ("major", ctypes.c_uint32),
+        ("minor", ctypes.c_uint32),
+        ("prev_api", ctypes.c_void_p),
+        ("managed_tensor_allocator", ctypes.c_void_p),
+        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+        ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("current_work_stream", ctypes.c_void_p),
+    ]
+
+
+_EXCHANGE_NAME = b"dlpack_exchange_api"
+_FromPyObject = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
+_exporters: dict[int, Any] = {}
+_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_OFF_VERSIONED_DELETER = 16
+_new_owned_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", _api)
+)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _free_unconsumed(capsule: int) -> None:
+    # The capsule is being destroyed (refcount 0): touched only through its address.
+    if _capsule_is_valid(capsule, VERSIONED):
+        managed = _capsule_pointer(capsule, VERSIONED)
+        deleter = ctypes.c_void_p.from_address(managed + _OFF_VERSIONED_DELETER).value if managed else None
+        if deleter:
+            _Deleter(deleter)(managed)
+
+
+_FREE_UNCONSUMED = ctypes.cast(_free_unconsumed, ctypes.c_void_p).value
+
+
+def is_exchange_api(obj: object) -> bool:
+    """Whether ``obj`` is a DLPack C exchange API capsule (a type's ``__dlpack_c_exchange_api__``)."""
+    return type(obj) is CapsuleType and _get_name(obj) == _EXCHANGE_NAME
+
+
+def export_exchange(api_capsule: object, obj: object) -> Any:
+    """``obj`` exported through its type's DLPack C exchange API, as a 'dltensor_versioned' capsule."""
+    export = _exporters.get(id(api_capsule))
+    if export is None:
+        table = _ExchangeAPI.from_address(_get_pointer(api_capsule, _EXCHANGE_NAME) or _null(_EXCHANGE_NAME))
+        if table.major != SUPPORTED_MAJOR or not table.managed_tensor_from_py_object_no_sync:
+            raise CapsuleError(f"DLPack exchange API version {table.major}.{table.minor} is not one dlbridge reads")
+        export = _exporters[id(api_capsule)] = (_FromPyObject(table.managed_tensor_from_py_object_no_sync), api_capsule)
+    out = ctypes.c_void_p()
+    export[0](obj, ctypes.byref(out))
+    if not out.value:
+        raise CapsuleError("the DLPack exchange API exported a NULL tensor")
+    return _new_owned_capsule(out.value, VERSIONED, _FREE_UNCONSUMED)
+
+
+if accel is not None:
+    probe: Callable[[object], _Probe | None] = accel.probe
+    Carrier = accel.Carrier  # type: ignore[misc]
+else:
+    probe = _probe_py

@@ -19,7 +19,7 @@ from typing import Final, Literal
 from ._errors import OptionError
 
 __all__ = ["NOT_GIVEN", "Fallback", "FALLBACKS", "resolve_fallback", "set_default_fallback",
-           "get_default_fallback", "fallback_policy", "check_fallback"]  # fmt: skip
+           "get_default_fallback", "fallback_policy", "check_fallback", "default_cell"]  # fmt: skip
 
 Fallback = Literal["raise", "view", "upcast"]
 FALLBACKS: Final = ("raise", "view", "upcast")
@@ -37,6 +37,15 @@ NOT_GIVEN: Final = _NotGiven.NOT_GIVEN
 
 _process_default: Fallback | None = None
 _env_default: Fallback | None = None  # $DLBRIDGE_FALLBACK, read on first use
+# The default as the fast route reads it (one list item, no call): the resolved default while no
+# fallback_policy block was ever entered in this process, None after (then get_default_fallback
+# decides: a block's scope can outlive it in contexts copied inside it, so it is never reset).
+default_cell: list[Fallback | None] = [None]
+_blocks_used = False
+
+
+def _refresh_cell() -> None:
+    default_cell[0] = None if _blocks_used else (_process_default or _env_default)
 
 
 class _Scope:
@@ -58,7 +67,7 @@ def check_fallback(value: object, where: str = "fallback") -> Fallback:
         if isinstance(value, (str, int, float, type(None))):
             raise OptionError(f"{where}={value!r} is not a fallback; expected one of {valid}")
         raise OptionError(f"{where}= received a {_type_name(value)}, not a fallback name; expected one of {valid}")
-    return value  # type: ignore[return-value]
+    return FALLBACKS[FALLBACKS.index(value)]  # the canonical object: the fast route compares identity
 
 
 def _type_name(value: object) -> str:
@@ -82,6 +91,8 @@ def _read_env() -> Fallback:
     global _env_default
     env = os.environ.get(ENV_VAR)
     _env_default = check_fallback(env.strip().lower(), f"${ENV_VAR}") if env else "raise"
+    if not _blocks_used:
+        default_cell[0] = _process_default or _env_default
     return _env_default
 
 
@@ -95,6 +106,7 @@ def set_default_fallback(mode: Fallback | None) -> Fallback | None:
     _process_default = None if mode is None else check_fallback(mode)
     if mode is None:
         _env_default = None
+    _refresh_cell()
     return previous
 
 
@@ -120,6 +132,10 @@ class fallback_policy:
         self._entered: list[tuple[_Scope, contextvars.Token[_Scope | None]]] = []
 
     def __enter__(self) -> None:
+        global _blocks_used
+        if not _blocks_used:
+            _blocks_used = True
+            default_cell[0] = None
         parent = _scoped.get()
         while parent is not None and not parent.open:  # never chain onto closed blocks
             parent = parent.parent

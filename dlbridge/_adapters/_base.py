@@ -258,6 +258,36 @@ class Adapter:
             return self._from_dlpack(capsule)
         return self._from_dlpack(Carrier(capsule, device))
 
+    # --- the fast route (see _route.py): how this framework's own arrays are exported and imported
+    # there; None declines, and the full pipeline handles every conversion. --------------------------
+    # Whether capabilities() can change during the process (the route then checks it on every call).
+    dynamic_capabilities: ClassVar[bool] = False
+
+    def fast_export(self, cls: type) -> tuple[int, Any, tuple[tuple[str, bool, Any], ...], str | None] | None:
+        """How arrays of exactly type ``cls`` are exported on the fast route: (kind, handle, guards,
+        alias). kind 0 calls ``x.__dlpack__``, 1 the type's DLPack C exchange API (handle: its
+        capsule), 2 ``handle(x)``. Each guard ``(attribute, call, expected)`` must give ``expected``
+        (by identity), else the pipeline converts ``x``; ``alias`` names a method whose result is
+        exported instead of ``x``. None: arrays of ``cls`` always take the pipeline."""
+        return (0, None, (), None) if cls is self.array_class() else None
+
+    def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
+        """How the fast route hands a capsule to this framework: (kind, importer, exchange API
+        capsule). kind 0 calls ``importer(capsule)``, 1 ``importer(carrier)``, 2 imports through the
+        exchange API (``importer(capsule)`` where it is not compiled). None: never on the fast route."""
+        if caps.readonly_imports:  # its imports need writable() afterwards: the pipeline does that
+            return None
+        return (0 if caps.takes_raw_capsules else 1, self._from_dlpack, None)
+
+    def fast_self_import(self) -> type | None:
+        """The array type whose objects the fast route hands to this framework's own ``from_dlpack``
+        as they are (where that is faster than any capsule, and always right: its own arrays)."""
+        return None
+
+    def import_alignment(self, caps: Capabilities) -> int:
+        """The data alignment (bytes) below which the fast route leaves an import to the pipeline."""
+        return 1
+
     def readonly_alias(self, arr: Any) -> Any | None:
         """A read-only ``arr`` handed to its own framework as a read-only alias, where DLPack cannot
         carry it (NumPy < 2.1); None: go through DLPack."""

@@ -40,6 +40,22 @@ class JaxAdapter(Adapter):
 
         return jax.dlpack
 
+    dynamic_capabilities = True  # jax_enable_x64 can be switched at run time
+
+    def fast_export(self, cls: type) -> tuple[int, Any, tuple[tuple[str, bool, Any], ...], str | None] | None:
+        # The concrete array class (jaxlib's ArrayImpl), not tracers; and only where JAX's own
+        # export needs no correction (cannot_export / exports_uint8 rows).
+        base = self.array_class()
+        if base is None or cls.__name__ != "ArrayImpl" or not issubclass(cls, base):
+            return None
+        if self.caps.cannot_export or self.caps.exports_uint8:
+            return None
+        return (0, None, (), None)
+
+    def import_alignment(self, caps: Capabilities) -> int:
+        # Older JAX crashes copying an unaligned CPU buffer; the pipeline copies through the host.
+        return 64 if caps.copy_crashes_unaligned else 1
+
     def capabilities(self) -> Capabilities:
         caps = self.caps
         if self.mod.config.jax_enable_x64:  # read every call: it can be switched at runtime

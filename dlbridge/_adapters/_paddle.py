@@ -38,6 +38,11 @@ class PaddleAdapter(Adapter):
             raise BufferError(_GRAD)
         return export_capsule(obj, stream=stream, max_version=max_version)
 
+    def fast_export(self, cls: type) -> tuple[int, Any, tuple[tuple[str, bool, Any], ...], str | None] | None:
+        if cls is not self.array_class():
+            return None
+        return (0, None, (("stop_gradient", False, True),), None)  # in an autograd graph: export_failed
+
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
         if obj.stop_gradient:

@@ -103,6 +103,18 @@ class TensorflowAdapter(Adapter):
 
         return from_dlpack
 
+    def fast_export(self, cls: type) -> tuple[int, Any, tuple[tuple[str, bool, Any], ...], str | None] | None:
+        # Concrete eager tensors only (symbolic ones have no data), exported as export() does.
+        if cls.__name__ != "EagerTensor" or not cls.__module__.startswith("tensorflow."):
+            return None
+        return (2, self._dlpack.to_dlpack, (), None)
+
+    def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
+        return (0, self._dlpack.from_dlpack, None)  # aligned CPU data only: import_alignment
+
+    def import_alignment(self, caps: Capabilities) -> int:
+        return _ALIGN
+
     def import_capsule(self, capsule: Any, device: tuple[int, int], caps: Capabilities) -> Any:
         if device[0] == 1:
             info = read(capsule)

@@ -5,7 +5,8 @@ from contextlib import AbstractContextManager, nullcontext
 from functools import cached_property
 from typing import Any
 
-from .._capsule import GPU_CODES, device_name
+from .._capabilities import Capabilities
+from .._capsule import GPU_CODES, device_name, is_exchange_api
 from .._errors import DLBridgeError, ProducerError
 from ._base import Adapter, AsIs, aligned_copy, export_capsule, raw_bits
 
@@ -37,6 +38,26 @@ class TorchAdapter(Adapter):
         # caller's tensor would free memory the importer still reads (probe 2026-11-23, torch 2.13:
         # np.from_dlpack(x) then x.set_(y) gives garbage). A detached alias holds the storage itself.
         return export_capsule(obj.detach(), stream=stream, max_version=max_version)
+
+    def fast_export(self, cls: type) -> tuple[int, Any, tuple[tuple[str, bool, Any], ...], str | None] | None:
+        torch = self.mod
+        if cls is not torch.Tensor:  # subclasses may override __torch_function__ / __dlpack__
+            return None
+        # The exchange API (torch 2.10+: Tensor.__dlpack_c_exchange_api__, DLPack 1.3's
+        # DLPackExchangeAPI) skips __dlpack__'s checks, so the states __dlpack__ refuses or exports
+        # wrongly are guards here: autograd, the conjugate and negative bits, non-strided layouts.
+        guards = (("requires_grad", False, False), ("is_conj", True, False), ("is_neg", True, False),
+                  ("layout", False, torch.strided))  # fmt: skip
+        api = getattr(cls, "__dlpack_c_exchange_api__", None)
+        # detach(): an alias that holds the storage itself (see export).
+        return (1, api, guards, "detach") if is_exchange_api(api) else (0, None, guards, "detach")
+
+    def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
+        found = super().fast_import(caps)
+        api = getattr(self.mod.Tensor, "__dlpack_c_exchange_api__", None)
+        if found is None or not is_exchange_api(api):
+            return found
+        return (2, self._from_dlpack, api)
 
     def for_type(self, cls: type) -> Adapter:
         fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", None)
@@ -115,10 +136,7 @@ class TorchAdapter(Adapter):
     def current_stream(self, device: tuple[int, int]) -> int | None:
         if device[0] not in GPU_CODES:
             return None
-        try:  # the raw handle, without building a torch.cuda.Stream (what torch's Triton glue calls)
-            ptr = self.mod._C._cuda_getCurrentRawStream(device[1])
-        except Exception:  # a build or version without it
-            ptr = self.mod.cuda.current_stream(device[1]).cuda_stream
+        ptr = self.mod.cuda.current_stream(device[1]).cuda_stream  # public API only
         # CUDA: 0 is the legacy default stream, spelled 1 in DLPack. ROCm spells it 0 (torch's
         # __dlpack__ rejects 1 there), as torch.from_dlpack does.
         return (ptr or 1) if device[0] != 10 else ptr
