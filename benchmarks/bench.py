@@ -305,9 +305,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.child_json:
         mine = select_rows(args.quick, args.only)
-        why = time_rows(mine, here, rounds, budget_ms)
+        found = time_rows(mine, here, rounds, budget_ms)
         with open(args.child_json, "w") as f:
-            json.dump({"accelerator": reason, "cuda": why, "rows": [asdict(r) for r in mine]}, f)
+            json.dump({"accelerator": reason, "cuda": found, "rows": [asdict(r) for r in mine]}, f)
         return 0
 
     print(f"dlbridge benchmark  {time.strftime('%Y-%m-%d %H:%M:%S')}  {machine()}")
