@@ -14,11 +14,7 @@ from typing import Any
 
 from _cases import (
     CPU_FRAMEWORKS,
-    RAW_CAPSULE_CONSUMERS,
     ROOT,
-    TARGET_NATIVE,
-    TARGET_RAW_CAPSULE,
-    TARGET_VIEW,
     Row,
     _available,
     alloc_counter,
@@ -27,6 +23,7 @@ from _cases import (
     make_source,
     native_import,
     synchronize,
+    target_for,
 )
 
 # --- timing ------------------------------------------------------------------------------------
@@ -70,14 +67,6 @@ def interleaved(native: Callable[[], Any], ours: Callable[[], Any], rounds: int,
 
 
 # --- one row ----------------------------------------------------------------------------------
-
-
-def target_for(row: Row) -> float:
-    if row.mode in ("reinterpret", "view") or row.baseline != row.dtype:
-        return TARGET_VIEW
-    if row.device == "cuda" and row.consumer in RAW_CAPSULE_CONSUMERS:
-        return TARGET_RAW_CAPSULE
-    return TARGET_NATIVE
 
 
 def run_row(row: Row, rounds: int, budget_ms: float) -> Row:
@@ -135,7 +124,7 @@ def run_row(row: Row, rounds: int, budget_ms: float) -> Row:
     row.native_us, row.dlbridge_us, row.ratio = native_us, ours_us, ratio
     row.rounds, row.calls_per_round = rounds, calls
     row.target = target_for(row)
-    row.met = ratio <= row.target
+    row.met = None if row.target is None else ratio <= row.target
     return row
 
 
@@ -176,24 +165,58 @@ _SOURCES = {  # a small float32 source from a framework other than the target
 }
 
 
-def _child(code: str) -> list[str]:
+def _env(**extra: str | None) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    for key, value in extra.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def _child(code: str, env: dict[str, str] | None = None) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env or _env(),
+                         timeout=300)  # fmt: skip
     if out.returncode:
         raise RuntimeError(f"child failed ({out.returncode}): {out.stderr.strip()[-500:]}")
     return out.stdout.split()
 
 
+def _wall_ms(code: str) -> float:
+    t = time.perf_counter()
+    _child(code)
+    return (time.perf_counter() - t) * 1e3
+
+
 def import_figures(runs: int, targets: tuple[str, ...] = CPU_FRAMEWORKS) -> dict[str, Any]:
+    """``import dlbridge`` timed inside fresh interpreters (``runs`` of each kind, interleaved so load
+    drift hits all alike): as this environment runs it (compiling from source where
+    PYTHONDONTWRITEBYTECODE is set), with bytecode caches (as an installed package runs), and the
+    wall time of ``python -c pass`` (the interpreter's own start, which no import figure includes)."""
+    import tempfile
+
     times: list[float] = []
+    cached: list[float] = []
+    bare: list[float] = []
     loaded: set[str] = set()
-    for _ in range(runs):
-        ms, *mods = _child(_IMPORT_DLBRIDGE)
-        times.append(float(ms))
-        loaded.update(m for m in (mods[0].split(",") if mods else []) if m)
+    with tempfile.TemporaryDirectory() as cache_dir:
+        with_bytecode = _env(PYTHONDONTWRITEBYTECODE=None, PYTHONPYCACHEPREFIX=cache_dir)
+        _child(_IMPORT_DLBRIDGE, with_bytecode)  # writes the caches
+        for _ in range(runs):
+            ms, *mods = _child(_IMPORT_DLBRIDGE)
+            times.append(float(ms))
+            loaded.update(m for m in (mods[0].split(",") if mods else []) if m)
+            cached.append(float(_child(_IMPORT_DLBRIDGE, with_bytecode)[0]))
+            bare.append(_wall_ms("pass"))
     figures: dict[str, Any] = {
         "import_dlbridge_ms": statistics.median(times),
         "import_dlbridge_runs_ms": times,
+        "import_dlbridge_compiles": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
+        "import_dlbridge_bytecode_ms": statistics.median(cached),
+        "import_dlbridge_bytecode_runs_ms": cached,
+        "python_pass_wall_ms": statistics.median(bare),
+        "python_pass_wall_runs_ms": bare,
         "frameworks_loaded_by_import": sorted(loaded),
         "first_call": {},
     }

@@ -37,9 +37,12 @@ def test_quick_run_parses(tmp_path: Path) -> None:
     need("torch")
     need("numpy")
     need("ml_dtypes")
-    stdout, data = run_bench(tmp_path, "--no-import", "--only", "numpy->torch,torch->numpy,torch->cupy")
+    stdout, data = run_bench(
+        tmp_path, "--no-import", "--path", "pure", "--only", "numpy->torch,torch->numpy,torch->cupy"
+    )
     assert "native µs" in stdout and "dlbridge µs" in stdout and "ratio" in stdout
-    assert {"date", "machine", "versions", "command", "rows", "cuda"} <= set(data)
+    assert {"date", "machine", "versions", "command", "rows", "cuda", "accelerator", "paths"} <= set(data)
+    assert {r["path"] for r in data["rows"]} == {"pure"}
     rows = {(r["producer"], r["consumer"], r["device"], r["dtype"]): r for r in data["rows"]}
     for pair in (("numpy", "torch"), ("torch", "numpy")):
         for dtype in ("float32", "bfloat16", "float8_e4m3fn"):
@@ -47,10 +50,10 @@ def test_quick_run_parses(tmp_path: Path) -> None:
             assert not row["skipped"], row
             assert row["native_us"] > 0 and row["dlbridge_us"] > 0 and row["ratio"] > 0
             assert row["zero_copy_dlbridge"] is True, row  # pointer check, not speed
-            assert row["target"] in (1.10, 1.25)
+            assert row["target"] == 2.3  # pure Python, a NumPy/torch pair
     # bf16 -> NumPy is a reinterpret, timed against NumPy importing the same bytes as uint16.
     bf16 = rows[("torch", "numpy", "cpu", "bfloat16")]
-    assert (bf16["mode"], bf16["baseline"], bf16["target"]) == ("reinterpret", "uint16", 1.25)
+    assert (bf16["mode"], bf16["baseline"]) == ("reinterpret", "uint16")
     assert rows[("torch", "numpy", "cpu", "float8_e4m3fn")]["baseline"] == "uint8"
     # CUDA rows exist; without CUDA they are skipped with the reason, and say so on stdout.
     cuda_rows = [r for r in data["rows"] if r["device"] == "cuda"]
@@ -58,7 +61,37 @@ def test_quick_run_parses(tmp_path: Path) -> None:
     assert set(data["cuda"]) == {"torch", "cupy"}  # only the frameworks of the rows asked for
     if data["cuda"]["torch"] != "available" or data["cuda"]["cupy"] != "available":
         assert all(r["skipped"] for r in cuda_rows)
-        assert "torch->cupy     cuda (all dtypes, sizes) skipped:" in stdout
+        assert f"{'torch->cupy':<22} cuda (all dtypes, sizes) skipped:" in stdout
+
+
+def test_both_paths_in_one_run(tmp_path: Path) -> None:
+    """Default path in this process, pure Python in a child; each row says which path timed it."""
+    need("torch")
+    need("numpy")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from _cases import accelerator
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    stdout, data = run_bench(tmp_path, "--no-import", "--path", "both", "--only", "numpy->torch float32,torch->torch")
+    assert "compiled accelerator" in stdout and "pure Python" in stdout
+    assert set(data["paths"]) == {"compiled", "pure"}
+    by_path: dict[str, list[dict]] = {"compiled": [], "pure": []}
+    for r in data["rows"]:
+        by_path[r["path"]].append(r)
+    keys = {p: [(r["producer"], r["consumer"], r["dtype"], r["nbytes"]) for r in rows] for p, rows in by_path.items()}
+    assert keys["compiled"] == keys["pure"] and ("torch", "torch", "float32", 1024) in keys["pure"]
+    pure = {(r["producer"], r["consumer"], r["dtype"]): r for r in by_path["pure"]}
+    assert pure[("numpy", "torch", "float32")]["ratio"] > 0 and pure[("torch", "torch", "float32")]["ratio"] > 0
+    compiled_built, reason = accelerator()
+    if not compiled_built and not reason.startswith("pure Python (DLBRIDGE_PURE_PYTHON"):
+        # No accelerator in this build: the compiled half says so instead of repeating the pure one.
+        assert all(r["skipped"].startswith("no compiled accelerator") for r in by_path["compiled"])
+        assert "no accelerator in this build" in stdout
+        pytest.skip(f"compiled half not measured here: {reason}")
+    compiled = {(r["producer"], r["consumer"], r["dtype"]): r for r in by_path["compiled"]}
+    assert compiled[("numpy", "torch", "float32")]["ratio"] > 0
+    assert compiled[("numpy", "torch", "float32")]["target"] == 1.05
 
 
 def test_tensorflow_and_paddle_rows_are_zero_copy(tmp_path: Path) -> None:
@@ -66,7 +99,8 @@ def test_tensorflow_and_paddle_rows_are_zero_copy(tmp_path: Path) -> None:
     for name in ("tensorflow", "paddle", "torch", "ml_dtypes"):
         if importlib.util.find_spec(name) is None:
             pytest.skip(f"{name} is not installed")
-    _, data = run_bench(tmp_path, "--no-import", "--only", "torch->tensorflow,paddle->numpy,tensorflow->torch")
+    _, data = run_bench(tmp_path, "--no-import", "--path", "pure", "--only",
+                        "torch->tensorflow,paddle->numpy,tensorflow->torch")  # fmt: skip
     rows = {(r["producer"], r["consumer"], r["dtype"]): r for r in data["rows"] if r["device"] == "cpu"}
     assert data["versions"]["tensorflow"] != "not installed" and data["versions"]["paddle"] != "not installed"
     for pair in (("torch", "tensorflow"), ("paddle", "numpy"), ("tensorflow", "torch")):
@@ -80,9 +114,11 @@ def test_tensorflow_and_paddle_rows_are_zero_copy(tmp_path: Path) -> None:
 def test_import_section_parses(tmp_path: Path) -> None:
     need("numpy")
     stdout, data = run_bench(tmp_path, "--only", "no-such-pair")
+    assert "python -c pass" in stdout and "with bytecode caches" in stdout
     assert data["rows"] == []
     imports = data["imports"]
-    assert imports["import_dlbridge_ms"] > 0
+    assert imports["import_dlbridge_ms"] > 0 and imports["import_dlbridge_bytecode_ms"] > 0
+    assert imports["python_pass_wall_ms"] > 0 and len(imports["import_dlbridge_runs_ms"]) == 3
     assert imports["frameworks_loaded_by_import"] == []
     assert "import dlbridge (fresh interpreter" in stdout
     assert set(imports["first_call"]) == {"numpy"}  # --quick times only the cheap one
@@ -107,23 +143,26 @@ def _plot_input(tmp_path: Path) -> tuple[Path, list[dict]]:
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     rows = [
-        Row("numpy", "torch", "cpu", "float32", KIB, "native", "float32", 2.5, 10.9, 4.4, 1.10, False, True, True),
-        Row("numpy", "torch", "cpu", "float32", 16 * MIB, "native", "float32", 2.4, 2.5, 1.04, 1.10, True, True, True),
-        Row("torch", "numpy", "cpu", "bfloat16", KIB, "reinterpret", "uint16", 4.5, 3.0, 0.66, 1.25, True, True, False),
-        Row("jax", "torch", "cpu", "float32", KIB, "native", "float32", 8.8, 16.8, 1.95, 1.10, False, True, True),
+        Row("numpy", "torch", "cpu", "float32", KIB, "native", "float32", 2.5, 10.9, 4.4, 1.05, False, True, True),
+        Row("numpy", "torch", "cpu", "float32", 16 * MIB, "native", "float32", 2.4, 2.5, 1.04, 1.05, True, True, True),
+        Row("torch", "numpy", "cpu", "bfloat16", KIB, "reinterpret", "uint16", 4.5, 3.0, 0.66, 1.0, True, True, False),
+        Row("jax", "torch", "cpu", "float32", KIB, "native", "float32", 8.8, 16.8, 1.95, 1.0, False, True, True),
+        Row("jax", "torch", "cpu", "float32", KIB, "native", "float32", 8.8, 10.1, 1.15, 1.3, True, True, True,
+            path="pure"),
         Row("tensorflow", "torch", "cpu", "float8_e4m3fn", KIB, skipped="tensorflow cannot make float8_e4m3fn"),
         Row("torch", "cupy", "cuda", "float32", KIB, skipped="torch: no CUDA device"),
-    ]
+    ]  # fmt: skip
     data = {"date": "2026-11-23 14:47:28", "machine": "Linux x86_64, 2 CPUs (test)", "rounds": 21,
             "versions": {"python": "3.11.7", "dlbridge": "0.1.0", "torch": "2.13.0+cpu", "cupy": "not installed"},
             "command": "benchmarks/bench.py --only cpu --json run.json", "cuda": {}, "imports": {},
+            "paths": {"compiled": "in this process: compiled", "pure": "child process: pure Python"},
             "rows": [asdict(r) for r in rows]}  # fmt: skip
     path = tmp_path / "run.json"
     path.write_text(json.dumps(data))
     return path, data["rows"]
 
 
-def test_plot_draws_one_bar_per_timed_row_and_the_native_line(tmp_path: Path) -> None:
+def test_plot_draws_a_bar_per_timed_row_and_path_and_the_native_line(tmp_path: Path) -> None:
     import xml.etree.ElementTree as ET
 
     run, rows = _plot_input(tmp_path)
@@ -136,27 +175,34 @@ def test_plot_draws_one_bar_per_timed_row_and_the_native_line(tmp_path: Path) ->
     assert svg.get("width") == "800"
     bars = [e for e in svg.iter(f"{ns}rect") if e.get("class") == "bar"]
     timed = [r for r in rows if not r["skipped"]]
-    assert len(bars) == len(timed) == 4
-    # Bars in row order; each tooltip names its row, and the bar's colour says zero-copy or copied.
+    assert len(bars) == len(timed) == 5
+    # Bars in row order, the pure Python bar under the compiled one of the same row; each tooltip
+    # names its row and path, and a hollow bar (white fill) marks the copied row.
     tips = [b.find(f"{ns}title").text for b in bars]  # type: ignore[union-attr]
-    assert [t.split(":")[0] for t in tips] == ["numpy→torch f32 1 KiB", "numpy→torch f32 16 MiB",
-                                               "torch→numpy bf16 1 KiB", "jax→torch f32 1 KiB"]  # fmt: skip
-    assert [b.get("fill") for b in bars].count(bars[2].get("fill")) == 1  # only the copied row differs
+    assert [t.split(":")[0] for t in tips] == [
+        "numpy→torch f32 1 KiB (compiled accelerator)", "numpy→torch f32 16 MiB (compiled accelerator)",
+        "torch→numpy bf16 1 KiB (compiled accelerator)", "jax→torch f32 1 KiB (compiled accelerator)",
+        "jax→torch f32 1 KiB (pure Python)"]  # fmt: skip
+    assert [b.get("data-path") for b in bars] == ["compiled"] * 4 + ["pure"]
+    assert bars[4].get("stroke") != bars[3].get("stroke")  # one colour per path
+    assert float(bars[4].get("y")) > float(bars[3].get("y"))  # type: ignore[arg-type]
+    assert [b.get("fill") for b in bars].count("#ffffff") == 1 and bars[2].get("fill") == "#ffffff"
     # Bars grow from the 1.0 line on a log scale: right when slower than native, left when faster.
     (native,) = [e for e in svg.iter(f"{ns}line") if e.get("class") == "native"]
     assert native.get("x1") == native.get("x2")
     one = float(native.get("x1"))  # type: ignore[arg-type]
     xs = [float(b.get("x")) for b in bars]  # type: ignore[arg-type]
     widths = [float(b.get("width")) for b in bars]  # type: ignore[arg-type]
-    assert xs[0] == xs[1] == xs[3] == pytest.approx(one, abs=0.11)  # ratios 4.4, 1.04, 1.95
+    assert xs[0] == xs[1] == xs[3] == xs[4] == pytest.approx(one, abs=0.11)  # ratios 4.4, 1.04, 1.95, 1.15
     assert xs[2] + widths[2] == pytest.approx(one, abs=0.11)  # ratio 0.66
-    assert widths[1] < widths[2] < widths[3] < widths[0]
+    assert widths[1] < widths[4] < widths[2] < widths[3] < widths[0]
     assert widths[0] / widths[3] == pytest.approx(math.log(4.4) / math.log(1.95), rel=0.02)
-    assert len([e for e in svg.iter(f"{ns}line") if e.get("class") == "target"]) == 4
+    assert len([e for e in svg.iter(f"{ns}line") if e.get("class") == "target"]) == 5
     text = " ".join(t.text or "" for t in svg.iter(f"{ns}text"))
     assert "2026-11-23 14:47:28" in text and "Linux x86_64, 2 CPUs (test)" in text and "torch 2.13.0+cpu" in text
     assert "cupy" not in text  # "not installed" frameworks are left out of the title
-    assert "4 rows timed, 2 skipped" in text and "a loaded machine" in text
+    assert "5 bars (compiled accelerator 4, pure Python 1), 2 rows skipped" in text and "a loaded machine" in text
+    assert "compiled: in this process: compiled" in text
 
 
 def test_plot_rejects_a_file_that_is_not_a_run(tmp_path: Path) -> None:
