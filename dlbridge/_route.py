@@ -20,13 +20,14 @@ it are keyed by ``code | bits << 8 | lanes << 16 | fallback index << 32``.
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from . import _logical
 from ._accelerator import accel
 from ._adapters import ADAPTERS, Adapter, adapter_for
 from ._capabilities import Capabilities
-from ._capsule import Carrier, DLPackInfo, export_exchange, probe, relabel_triple, restore_triple
+from ._capsule import Carrier, DLPackInfo, c_strides, export_exchange, probe, relabel_triple, restore_triple
 from ._dtypes import BY_NAME, BY_TRIPLE
 from ._errors import DLBridgeError
 from ._options import FALLBACKS, NOT_GIVEN, default_cell, resolve_fallback
@@ -156,12 +157,12 @@ def _convert_py(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any,
 _DECLINED = object()
 
 
+_FALLBACK_INDEX = {name: i for i, name in enumerate(FALLBACKS)}
+
+
 def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -> Any:
-    if fallback is NOT_GIVEN or fallback is None:
-        fallback = default_cell[0]
-    try:
-        fb = FALLBACKS.index(fallback)
-    except ValueError:
+    fb = _FALLBACK_INDEX.get(default_cell[0] if fallback is NOT_GIVEN or fallback is None else fallback)
+    if fb is None:
         return _DECLINED
     caps_fn = spec[T_CAPS_FN]
     if caps_fn is not None and caps_fn() is not spec[T_CAPS]:
@@ -172,13 +173,13 @@ def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -
         except Exception:
             return _DECLINED
     kind, handle, guards, alias = producer
+    versioned = spec[T_VERSIONED]
     try:
         for name, call, expected in guards:
             value = getattr(x, name)
             if (value() if call else value) is not expected:
                 return _DECLINED
         source = getattr(x, alias)() if alias is not None else x
-        versioned = spec[T_VERSIONED]
         if kind == EXPORT_EXCHANGE:
             if not versioned:
                 return _DECLINED
@@ -192,35 +193,30 @@ def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -
         return _DECLINED
     if raw is None:
         return _DECLINED
-    is_versioned, _, _, flags, data, device_type, device_id, ndim, code, bits, lanes, shape, strides, offset = raw
-    if device_type != 1 or device_id != 0 or (is_versioned and not versioned):
+    is_versioned, _, _, flags, data, device_type, device_id, _, code, bits, lanes, shape, strides, offset = raw
+    if device_type != 1 or device_id or (is_versioned and not versioned) or (strides and strides != c_strides(shape)):
         return _DECLINED
     if (flags & 1 and not spec[T_READONLY_OK]) or (offset and not spec[T_OFFSET_OK]):
         return _DECLINED
-    size, step = 1, 1
-    for i in range(ndim - 1, -1, -1):
-        if strides is not None and strides[i] != step:
-            return _DECLINED
-        step *= shape[i]
-    size = step
+    size = prod(shape)
     if size:
-        itemsize = (bits * lanes + 7) // 8
-        if min(shape) < 0 or not data or data + offset + size * itemsize >= 1 << 64 or size * itemsize >= 1 << 62:
+        span = size * ((bits * lanes + 7) // 8)
+        if min(shape) < 0 or not data or data + offset + span >= 1 << 64 or span >= 1 << 62:
             return _DECLINED
         if (data + offset) % spec[T_ALIGN]:
             return _DECLINED
     triple = code | bits << 8 | lanes << 16
     key = triple | fb << 32
-    routes = spec[T_ROUTES]
-    route = routes[key] if key in routes else spec[T_DECIDE](key)
+    route = spec[T_ROUTES].get(key, _DECLINED)
+    if route is _DECLINED:
+        route = spec[T_DECIDE](key)
     if route is None:
         return _DECLINED
     wire, finish = route
     if wire != triple:
         relabel_triple(capsule, wire)
-    importer = spec[T_IMPORT]
     try:
-        result = importer(Carrier(capsule, (1, 0))) if spec[T_KIND] == IMPORT_CARRIER else importer(capsule)
+        result = spec[T_IMPORT](Carrier(capsule, (1, 0)) if spec[T_KIND] == IMPORT_CARRIER else capsule)
     except Exception:
         if wire != triple:
             restore_triple(capsule, triple)
