@@ -161,7 +161,9 @@ _FALLBACK_INDEX = {name: i for i, name in enumerate(FALLBACKS)}
 
 
 def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -> Any:
-    fb = _FALLBACK_INDEX.get(default_cell[0] if fallback is NOT_GIVEN or fallback is None else fallback)
+    if fallback is NOT_GIVEN or fallback is None:
+        fallback = default_cell[0]
+    fb = _FALLBACK_INDEX.get(fallback) if type(fallback) is str else None  # an array's == is elementwise
     if fb is None:
         return _DECLINED
     caps_fn = spec[T_CAPS_FN]
