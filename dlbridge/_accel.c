@@ -437,11 +437,8 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
     }
     DLManagedTensorVersioned *managed = NULL;
     PyObject *capsule = NULL;
+    if (pkind == EXPORT_EXCHANGE && !want_versioned) pkind = EXPORT_METHOD; /* it makes versioned tensors only */
     if (pkind == EXPORT_EXCHANGE) {
-        if (!want_versioned) {
-            Py_DECREF(source);
-            return call_slow(spec, args);
-        }
         DLPackExchangeAPI *api = PyCapsule_GetPointer(PyTuple_GetItem(producer, P_HANDLE), EXCHANGE);
         if (api == NULL || api->header.version.major != 1 ||
             api->managed_tensor_from_py_object_no_sync(source, &managed) != 0 || managed == NULL) {
@@ -637,12 +634,22 @@ static PyObject *route_getattro(PyObject *obj, PyObject *name) {
 
 static PyObject *route_repr(PyObject *obj) { return PyObject_Repr(((Route *)obj)->wrapped); }
 
+/* Not bound when stored on a class, like a builtin function; and so a routine to inspect and pydoc,
+ * which then show the signature and docstring (help(dlbridge.to_numpy)). */
+static PyObject *route_get(PyObject *obj, PyObject *instance, PyObject *owner) {
+    (void)instance;
+    (void)owner;
+    Py_INCREF(obj);
+    return obj;
+}
+
 static PyType_Slot route_slots[] = {
     {Py_tp_new, route_new},
     {Py_tp_dealloc, route_dealloc},
     {Py_tp_call, route_call},
     {Py_tp_getattro, route_getattro},
     {Py_tp_repr, route_repr},
+    {Py_tp_descr_get, route_get},
     {0, NULL},
 };
 

@@ -182,9 +182,7 @@ def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -
             if (value() if call else value) is not expected:
                 return _DECLINED
         source = getattr(x, alias)() if alias is not None else x
-        if kind == EXPORT_EXCHANGE:
-            if not versioned:
-                return _DECLINED
+        if kind == EXPORT_EXCHANGE and versioned:  # (the exchange API makes versioned tensors only)
             capsule = export_exchange(handle, source)
         elif kind == EXPORT_FUNCTION:
             capsule = handle(source)
@@ -203,7 +201,7 @@ def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -
     size = prod(shape)
     if size:
         span = size * ((bits * lanes + 7) // 8)
-        if min(shape) < 0 or not data or data + offset + span >= 1 << 64 or span >= 1 << 62:
+        if (shape and min(shape) < 0) or not data or data + offset + span >= 1 << 64 or span >= 1 << 62:
             return _DECLINED
         if (data + offset) % spec[T_ALIGN]:
             return _DECLINED
