@@ -1,0 +1,76 @@
+"""Helpers for the fast-route tests: what a conversion gave (to compare the route with the pipeline),
+a count of the route's declines, and 64-byte aligned NumPy arrays (JAX shares only those)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from dlbridge import _route
+from dlbridge._adapters import ADAPTERS, adapter_for
+from dlbridge._convert import _convert
+from dlbridge._options import NOT_GIVEN, resolve_fallback
+
+
+def aligned(a: np.ndarray, align: int = 64, offset: int = 0) -> np.ndarray:
+    """A C-ordered copy of ``a`` whose data sits ``offset`` bytes past an ``align``-byte boundary."""
+    raw = np.empty(a.nbytes + align + offset, np.uint8)
+    start = (-raw.ctypes.data) % align + offset
+    out = raw[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def ptr(arr: Any) -> int | None:
+    source = adapter_for(arr)
+    try:
+        return int(source.data_ptr(arr)) if source is not None else None
+    except Exception:
+        return None
+
+
+def outcome(call: Callable[[], Any], x: Any) -> tuple[Any, ...]:
+    """What a conversion of ``x`` gave, comparable across calls: the error (class, message), or the
+    result's type, dtype, shape, bytes, whether it is ``x`` itself and whether it shares x's memory."""
+    try:
+        r = call()
+    except Exception as err:
+        return ("error", type(err).__name__, str(err))
+    adapter = adapter_for(r)
+    assert adapter is not None, type(r)
+    host = adapter.to_host(r)
+    same = ptr(r) is not None and ptr(r) == ptr(x) and host.size > 0
+    return ("ok", type(r), adapter.dtype_str(r), host.shape, np.ascontiguousarray(host).tobytes(), r is x, same)
+
+
+def pipeline(x: Any, to: str, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None, copy: Any = None,
+             stream: Any = None) -> Any:  # fmt: skip
+    """The full pipeline, without the route."""
+    return _convert(x, ADAPTERS[to], resolve_fallback(fallback), dtype, device, copy, stream)
+
+
+@contextmanager
+def counting_declines() -> Iterator[Counter[str]]:
+    """Count the calls that reach each target's pipeline (the spec's slow callable): the first call
+    of a kind, and every one the route declines. Both routes read the callable from the spec."""
+    counts: Counter[str] = Counter()
+    saved = {name: spec[_route.T_SLOW] for name, spec in _route.SPECS.items()}
+
+    def counted(name: str, slow: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            counts[name] += 1
+            return slow(*args)
+
+        return call
+
+    for name, spec in _route.SPECS.items():
+        spec[_route.T_SLOW] = counted(name, saved[name])
+    try:
+        yield counts
+    finally:
+        for name, spec in _route.SPECS.items():
+            spec[_route.T_SLOW] = saved[name]

@@ -1,0 +1,336 @@
+"""Every state the fast route must decline (or may take only where the result is the same): each
+source converted twice (the second call replays what the first decided) and compared with what the
+full pipeline gives: the same error and message, or the same type, dtype, values, identity and
+memory sharing. TensorFlow and Paddle run in a child process (import order).
+
+tests/test_fast_route.py reruns this file on the other path (pure Python / compiled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import dlbridge
+from tests._route_helpers import aligned, counting_declines, outcome, pipeline
+from tests.conftest import need, run_child
+
+ROOT = Path(__file__).resolve().parents[1]
+TO = {"numpy": dlbridge.to_numpy, "torch": dlbridge.to_torch, "jax": dlbridge.to_jax}
+
+
+def _same_as_pipeline(make: Callable[[], Any], to: str, **options: Any) -> tuple[Any, ...]:
+    """Convert a fresh source twice per call form; each outcome must be the pipeline's."""
+    x = make()
+    expected = outcome(lambda: pipeline(x, to, **options), x)
+    for i in range(2):
+        got = outcome(lambda: TO[to](x, **options), x)
+        assert got[:4] == expected[:4], (i, got[:3], expected[:3])
+        assert got == expected, (i, "same values, identity and sharing", got[4:], expected[4:])
+    return expected
+
+
+def _torch():
+    return need("torch")
+
+
+# --- torch states -------------------------------------------------------------------------------
+
+
+def _t(dtype: str = "float32"):
+    torch = _torch()
+    return torch.arange(12, dtype=getattr(torch, dtype)).reshape(3, 4)
+
+
+def _grad():
+    return _t().requires_grad_()
+
+
+def _conj():
+    torch = _torch()
+    return (torch.arange(6, dtype=torch.float32) * (1 + 2j)).conj()
+
+
+def _neg():
+    torch = _torch()
+    return torch._neg_view(torch.arange(6, dtype=torch.float32) - 2)
+
+
+def _sparse():
+    return _t().to_sparse()
+
+
+def _meta():
+    return _torch().empty(3, 4, device="meta")
+
+
+def _subclass():
+    torch = _torch()
+
+    class Sub(torch.Tensor):
+        pass
+
+    return _t().as_subclass(Sub)
+
+
+def _parameter(grad: bool):
+    return lambda: _torch().nn.Parameter(_t(), requires_grad=grad)
+
+
+TORCH_STATES: dict[str, Callable[[], Any]] = {
+    "requires_grad": _grad,
+    "conj": _conj,
+    "neg": _neg,
+    "sparse": _sparse,
+    "meta": _meta,
+    "subclass": _subclass,
+    "parameter": _parameter(False),
+    "parameter_grad": _parameter(True),
+    "transposed": lambda: _t().T,
+    "strided": lambda: _t()[:, ::2],
+    "offset": lambda: _t()[1:],
+    "size0": lambda: _t()[:0],
+    "0-d": lambda: _t()[1, 2],
+    "ndim32": lambda: _t().reshape(-1)[:1].reshape((1,) * 32),
+    "expanded": lambda: _t()[:1].expand(5, 4),
+}
+
+
+@pytest.mark.parametrize("to", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("state", list(TORCH_STATES))
+def test_torch_state(state: str, to: str) -> None:
+    need(to)
+    expected = _same_as_pipeline(TORCH_STATES[state], to)
+    if state in ("requires_grad", "parameter_grad") and to != "torch":
+        assert expected[:2] == ("error", "ProducerError") and "detach" in expected[2]
+    if state in ("requires_grad", "parameter_grad") and to == "torch":
+        assert expected[5], "to_torch keeps the graph: the same object"
+    if state in ("sparse", "meta") and to != "torch":
+        assert expected[0] == "error"
+
+
+def test_torch_declines_are_declines() -> None:
+    """The guarded states take the pipeline on every call (the route never replays them)."""
+    for state in ("requires_grad", "conj", "neg", "subclass", "parameter"):
+        x = TORCH_STATES[state]()
+        with counting_declines() as slow:
+            for _ in range(3):
+                with contextlib.suppress(dlbridge.DLBridgeError):
+                    dlbridge.to_numpy(x, fallback="raise")
+        assert slow["numpy"] == 3, state
+
+
+def test_neg_bit_keeps_the_sign() -> None:
+    torch = _torch()
+    x = _neg()
+    for _ in range(2):
+        np.testing.assert_array_equal(dlbridge.to_numpy(x), -(np.arange(6, dtype=np.float32) - 2))
+        assert torch.equal(dlbridge.to_torch(x), torch._neg_view(torch.arange(6.0) - 2).resolve_neg())
+
+
+# --- numpy states -------------------------------------------------------------------------------
+
+
+def _a(dtype: str = "float32") -> np.ndarray:
+    return aligned(np.arange(24, dtype=dtype).reshape(4, 6))
+
+
+def _readonly() -> np.ndarray:
+    a = _a()
+    a.flags.writeable = False
+    return a
+
+
+def _misaligned() -> np.ndarray:
+    return aligned(np.arange(24, dtype=np.float32).reshape(4, 6), offset=4)
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+NUMPY_STATES: dict[str, Callable[[], Any]] = {
+    "readonly": _readonly,
+    "matrix": lambda: np.asmatrix(_a()),
+    "masked": lambda: np.ma.masked_array(_a(), mask=_a() > 3),
+    "subclass": lambda: _a().view(_Sub),
+    "transposed": lambda: _a().T,
+    "negative_strides": lambda: _a()[::-1],
+    "negative_strides_1d": lambda: _a().reshape(-1)[::-1],
+    "strided": lambda: _a()[:, ::2],
+    "offset": lambda: _a()[1:, 2:],
+    "offset_rows": lambda: _a()[1:],
+    "misaligned": _misaligned,
+    "size0": lambda: _a()[:0],
+    "0-d": lambda: np.float32(3.0) * np.ones((), np.float32),
+    "ndim32": lambda: _a().reshape(-1)[:1].reshape((1,) * 32),
+    "broadcast": lambda: np.broadcast_to(_a()[:1], (5, 6)),
+}
+
+
+@pytest.mark.parametrize("to", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("state", list(NUMPY_STATES))
+def test_numpy_state(state: str, to: str) -> None:
+    need(to)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PendingDeprecationWarning)  # np.matrix
+        expected = _same_as_pipeline(NUMPY_STATES[state], to)
+    if state == "readonly" and to == "torch":
+        assert expected[:2] == ("error", "ReadOnlyError")
+    if state == "masked":
+        assert expected[0] == "error"
+    if state == "misaligned" and to == "jax":
+        assert expected[0] == "ok"  # copied, with the right values
+
+
+# --- jax states -----------------------------------------------------------------------------------
+
+
+def _j(shape: tuple[int, ...]):
+    jnp = need("jax").numpy
+    return jnp.arange(int(np.prod(shape)), dtype=jnp.float32).reshape(shape)
+
+
+JAX_STATES = {"size0": lambda: _j((0, 3)), "0-d": lambda: _j(()), "ndim32": lambda: _j((1,) * 32)}
+
+
+@pytest.mark.parametrize("to", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("state", list(JAX_STATES))
+def test_jax_state(state: str, to: str) -> None:
+    need(to)
+    _same_as_pipeline(JAX_STATES[state], to)
+
+
+# --- keywords -------------------------------------------------------------------------------------
+
+KEYWORDS: list[dict[str, Any]] = [
+    {"dtype": "uint32"},
+    {"dtype": "float32"},
+    {"device": "cpu"},
+    {"copy": True},
+    {"copy": False},
+    {"stream": 0},
+    {"fallback": "view"},
+    {"fallback": "upcast"},
+    {"copy": "yes"},
+]
+
+
+@pytest.mark.parametrize("src", ["numpy", "torch"])
+@pytest.mark.parametrize("to", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("options", KEYWORDS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_keywords(options: dict[str, Any], to: str, src: str) -> None:
+    need(to)
+    make = _a if src == "numpy" else _t
+    expected = _same_as_pipeline(make, to, **options)
+    if "copy" in options and options["copy"] is True:
+        assert expected[0] == "ok" and not expected[6]
+
+
+# --- fallbacks and remembered views ---------------------------------------------------------------
+
+
+def _complex32():
+    torch = _torch()
+    with warnings.catch_warnings():  # "ComplexHalf support is experimental"
+        warnings.simplefilter("ignore")
+        return (torch.arange(8, dtype=torch.float16) + 1).view(torch.complex32)
+
+
+def _fp4():
+    torch = _torch()
+    return torch.arange(1, 9, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+
+
+@pytest.mark.parametrize("to", ["numpy", "jax"])
+def test_remembered_view_comes_back_with_its_dtype(to: str) -> None:
+    torch = _torch()
+    need(to)
+    x = _fp4()
+    for fallback in ("raise", "upcast"):
+        expected = _same_as_pipeline(lambda: x, to, fallback=fallback)
+        assert expected[:2] == ("error", "UnsupportedDtypeError")
+    viewed = _same_as_pipeline(lambda: x, to, fallback="view")
+    assert viewed[2] == "uint8"
+    for _ in range(2):
+        v = TO[to](x, fallback="view")
+        for _ in range(2):
+            back = dlbridge.to_torch(v)
+            assert back.dtype == torch.float4_e2m1fn_x2
+            assert back.data_ptr() == x.data_ptr() or to == "jax"
+            assert torch.equal(back.view(torch.uint8), x.view(torch.uint8))
+
+
+def test_complex32_view_comes_back() -> None:
+    """torch complex32 leaves as a uint32 view (fallback="view"); converting the view back must give
+    complex32 again. Fails in the pipeline itself: the remembered name "complex32" is not one that
+    dtype lookup knows (OptionError)."""
+    torch = _torch()
+    x = _complex32()
+    v = dlbridge.to_numpy(x, fallback="view")
+    assert v.dtype == np.uint32
+    back = dlbridge.to_torch(v)
+    assert back.dtype == torch.complex32 and back.data_ptr() == x.data_ptr()
+
+
+def test_set_default_fallback_between_calls() -> None:
+    _torch()
+    x = _complex32()
+    previous = dlbridge.set_default_fallback(None)
+    try:
+        for mode, want in (("view", "uint32"), (None, "raise"), ("view", "uint32"), ("raise", "raise")):
+            dlbridge.set_default_fallback(mode)
+            for _ in range(2):
+                got = outcome(lambda: dlbridge.to_numpy(x), x)
+                assert (got[2] if got[0] == "ok" else "raise") == want, (mode, got[:3])
+    finally:
+        dlbridge.set_default_fallback(previous)
+
+
+# --- misaligned data into TensorFlow, TF and Paddle sources (a child: paddle before tensorflow) ----
+
+_TF = """
+import sys, warnings
+sys.path.insert(0, {root!r})
+warnings.simplefilter("ignore")
+import paddle, tensorflow as tf, numpy as np, dlbridge
+from tests._route_helpers import aligned, outcome, pipeline
+def same(x, to):
+    want = outcome(lambda: pipeline(x, to), x)
+    for i in range(2):
+        got = outcome(lambda: getattr(dlbridge, "to_" + to)(x), x)
+        assert got == want, (to, i, got[:3], want[:3])
+    return want
+ref = np.arange(24, dtype=np.float32).reshape(4, 6)
+for offset in (0, 4, 8, 32):
+    x = aligned(ref, offset=offset)
+    r = same(x, "tensorflow")
+    assert r[0] == "ok", r
+    np.testing.assert_array_equal(dlbridge.to_tensorflow(x).numpy(), ref)
+t = tf.constant(ref)
+same(t, "numpy"); same(t, "tensorflow"); same(t, "paddle")
+p = paddle.to_tensor(ref)
+same(p, "numpy"); same(p, "paddle"); same(p, "tensorflow")
+p.stop_gradient = False
+r = same(p, "numpy")
+assert r[:2] == ("error", "ProducerError"), r
+same(aligned(ref, offset=4), "paddle")
+print("OK")
+"""
+
+
+def test_tensorflow_and_paddle_in_a_child() -> None:
+    import importlib.util
+
+    for name in ("paddle", "tensorflow"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed")
+    proc = run_child(_TF.format(root=str(ROOT)), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "OK" in proc.stdout
