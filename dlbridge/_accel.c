@@ -16,6 +16,8 @@
 #define Py_LIMITED_API 0x030A0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -565,7 +567,7 @@ fail:
 }
 
 /* --- Route: a public conversion function (to_numpy, ...) whose call enters convert() directly ---- */
-typedef struct { PyObject_HEAD PyObject *spec; PyObject *wrapped; } Route;
+typedef struct { PyObject_HEAD PyObject *spec; PyObject *wrapped; PyObject *doc; } Route;
 
 static PyObject *g_keywords[5]; /* fallback, dtype, device, copy, stream: args[2..6] of convert() */
 
@@ -599,6 +601,11 @@ static PyObject *route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     Route *self = (Route *)alloc(type, 0);
     if (self == NULL) return NULL;
+    self->doc = PyObject_GetAttrString(wrapped, "__doc__");
+    if (self->doc == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     Py_INCREF(spec);
     Py_INCREF(wrapped);
     self->spec = spec;
@@ -611,6 +618,7 @@ static void route_dealloc(PyObject *obj) {
     PyTypeObject *type = Py_TYPE(obj);
     Py_CLEAR(self->spec);
     Py_CLEAR(self->wrapped);
+    Py_CLEAR(self->doc);
     freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
     tp_free(obj);
     Py_DECREF(type);
@@ -643,7 +651,14 @@ static PyObject *route_get(PyObject *obj, PyObject *instance, PyObject *owner) {
     return obj;
 }
 
+/* __doc__ as an instance member, so that lookups bypassing getattro (pydoc) find the function's. */
+static PyMemberDef route_members[] = {
+    {"__doc__", T_OBJECT, offsetof(Route, doc), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot route_slots[] = {
+    {Py_tp_members, route_members},
     {Py_tp_new, route_new},
     {Py_tp_dealloc, route_dealloc},
     {Py_tp_call, route_call},

@@ -100,10 +100,8 @@ def _source(framework: str, dtype: str):
 # not fast). Keyed by (source, target, ml_dtypes dtype). When one is fixed its test fails with
 # "drop the _ROUTE_GAPS entry".
 _ML = "NumPy cannot export ml_dtypes arrays (__dlpack__ raises); the pipeline exports them as uint, the route does not"
-_TORCH_TO_JAX = "torch exports through the exchange API (versioned only) and JAX takes legacy capsules: always declined"
 _ROUTE_GAPS = {
     ("numpy", "numpy", True): _ML, ("numpy", "torch", True): _ML, ("numpy", "jax", True): _ML,
-    ("torch", "jax", False): _TORCH_TO_JAX, ("torch", "jax", True): _TORCH_TO_JAX,
 }  # fmt: skip
 
 
