@@ -71,7 +71,7 @@ static const char EXCHANGE[] = "dlpack_exchange_api";
 enum { T_SLOW, T_READY, T_KIND, T_IMPORT, T_API, T_VERSIONED, T_ALIGN, T_READONLY_OK, T_OFFSET_OK,
        T_ROUTES, T_CAPS_FN, T_CAPS, T_DECIDE, T_SELF, T_LEN };
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
-enum { P_KIND, P_HANDLE, P_GUARDS, P_ALIAS, P_LEN };
+enum { P_KIND, P_HANDLE, P_GUARDS, P_ALIAS, P_RELABEL, P_LEN };
 enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2 };
 
 /* Set once by configure(). */
@@ -83,6 +83,8 @@ static PyObject *g_not_given;     /* the NOT_GIVEN sentinel */
 static PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
 static PyObject *g_empty;         /* () */
 static PyObject *g_dunder;        /* "__dlpack__" */
+static PyObject *g_dtype;         /* "dtype" */
+static PyObject *g_view;          /* "view" */
 static PyObject *g_cpu;           /* (1, 0) */
 static PyObject *g_carrier_type;
 
@@ -413,11 +415,6 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
         Py_DECREF(caps);
         if (!same) return call_slow(spec, args);
     }
-    if ((PyObject *)Py_TYPE(x) == PyList_GetItem(spec, T_SELF)) { /* its own array, imported in C */
-        PyObject *result = PyObject_CallFunctionObjArgs(PyList_GetItem(spec, T_IMPORT), x, NULL);
-        if (result != NULL || must_propagate()) return result;
-        return call_slow(spec, args);
-    }
     if (!guards_hold(x, PyTuple_GetItem(producer, P_GUARDS))) {
         if (must_propagate()) return NULL;
         return call_slow(spec, args);
@@ -428,8 +425,31 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
     long tkind = PyLong_AsLong(PyList_GetItem(spec, T_KIND));
     int want_versioned = PyList_GetItem(spec, T_VERSIONED) == Py_True;
     PyObject *alias = PyTuple_GetItem(producer, P_ALIAS);
+    PyObject *relabels = PyTuple_GetItem(producer, P_RELABEL);
+    long long forced = -1; /* a dtype the framework holds but cannot export: x.view(d), relabelled */
     PyObject *source = x;
     Py_INCREF(source);
+    if (relabels != NULL && relabels != Py_None && PyDict_Size(relabels) > 0) {
+        PyObject *dtype = PyObject_GetAttr(x, g_dtype);
+        PyObject *entry = dtype ? PyDict_GetItemWithError(relabels, dtype) : NULL; /* borrowed */
+        Py_XDECREF(dtype);
+        if (entry != NULL) {
+            forced = PyLong_AsLongLong(PyTuple_GetItem(entry, 1));
+            SETREF(source, PyObject_CallMethodObjArgs(x, g_view, PyTuple_GetItem(entry, 0), NULL));
+            alias = Py_None;
+        }
+        if (source == NULL || PyErr_Occurred()) {
+            Py_XDECREF(source);
+            if (must_propagate()) return NULL;
+            return call_slow(spec, args);
+        }
+    }
+    if (forced < 0 && (PyObject *)Py_TYPE(x) == PyList_GetItem(spec, T_SELF)) { /* its own array, in C */
+        Py_DECREF(source);
+        PyObject *result = PyObject_CallFunctionObjArgs(PyList_GetItem(spec, T_IMPORT), x, NULL);
+        if (result != NULL || must_propagate()) return result;
+        return call_slow(spec, args);
+    }
     if (alias != Py_None) {
         SETREF(source, PyObject_CallMethodObjArgs(x, alias, NULL));
         if (source == NULL) {
@@ -476,6 +496,11 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
         t = capsule_tensor(capsule, &versioned, &flags);
     }
     if (flags != NULL) flags_value = *flags;
+    if (t != NULL && forced >= 0) { /* our own export of x.view(d): its capsule gets x's dtype */
+        t->dtype.code = (uint8_t)(forced & 0xFF);
+        t->dtype.bits = (uint8_t)((forced >> 8) & 0xFF);
+        t->dtype.lanes = (uint16_t)((forced >> 16) & 0xFFFF);
+    }
     PyObject *route = NULL;
     if (t == NULL || t->device.device_type != 1 || t->device.device_id != 0 || !plain_layout(t) ||
         (versioned && !want_versioned) ||
@@ -723,6 +748,9 @@ PyMODINIT_FUNC PyInit__accel(void) {
     }
     g_empty = PyTuple_New(0);
     g_dunder = PyUnicode_InternFromString("__dlpack__");
+    g_dtype = PyUnicode_InternFromString("dtype");
+    g_view = PyUnicode_InternFromString("view");
+    if (g_dtype == NULL || g_view == NULL) return NULL;
     g_cpu = Py_BuildValue("(ii)", 1, 0);
     PyObject *version = Py_BuildValue("(ii)", 1, 3);
     g_versioned_kw = PyDict_New();

@@ -20,6 +20,7 @@ it are keyed by ``code | bits << 8 | lanes << 16 | fallback index << 32``.
 
 from __future__ import annotations
 
+import sys
 from math import prod
 from typing import Any
 
@@ -46,7 +47,7 @@ _VERSION = (1, 3)
 
 # exact type -> (export kind, handle, guards, alias method): filled as arrays of each type pass the pipeline.
 _producers: dict[type, tuple[Any, ...]] = {}
-_seen: set[type] = set()
+_seen: dict[type, int] = {}
 
 
 def _spec(target: Adapter) -> list[Any]:
@@ -58,8 +59,7 @@ def _spec(target: Adapter) -> list[Any]:
         from ._convert import _convert
 
         result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream)
-        if not spec[T_READY] or type(x) not in _seen:
-            _learn(spec, target, x)
+        _learn(spec, target, x)
         return result
 
     def decide(key: int) -> tuple[int, Any] | None:
@@ -87,17 +87,21 @@ def _learn(spec: list[Any], target: Adapter, x: Any) -> None:
         caps = target.capabilities()
         if spec[T_CAPS] is not caps:
             _prepare(spec, target, caps)
-    cls = type(x)
+    # x's type, asked again when more modules have loaded (an export may depend on them: ml_dtypes).
+    cls, loaded = type(x), len(sys.modules)
+    if _seen.get(cls) == loaded:
+        return
     if len(_seen) >= 256:
         _seen.clear()
-    _seen.add(cls)
+    _seen[cls] = loaded
     source = adapter_for(x)
-    if source is not None and cls not in _producers:
-        export = source.fast_export(cls)
-        if export is not None:
-            if len(_producers) >= 64:
-                _producers.clear()
-            _producers[cls] = export
+    export = source.fast_export(cls) if source is not None else None
+    if export is None:
+        _producers.pop(cls, None)
+        return
+    if len(_producers) >= 64:
+        _producers.clear()
+    _producers[cls] = export
 
 
 def _prepare(spec: list[Any], target: Adapter, caps: Capabilities) -> None:
@@ -169,25 +173,28 @@ def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -
     caps_fn = spec[T_CAPS_FN]
     if caps_fn is not None and caps_fn() is not spec[T_CAPS]:
         return _DECLINED
-    if type(x) is spec[T_SELF]:
-        try:
-            return spec[T_IMPORT](x)
-        except Exception:
-            return _DECLINED
-    kind, handle, guards, alias = producer
+    kind, handle, guards, alias, relabels = producer
     versioned = spec[T_VERSIONED]
     try:
         for name, call, expected in guards:
             value = getattr(x, name)
             if (value() if call else value) is not expected:
                 return _DECLINED
-        source = getattr(x, alias)() if alias is not None else x
+        relabel = relabels.get(x.dtype) if relabels else None
+        if relabel is None and type(x) is spec[T_SELF]:
+            return spec[T_IMPORT](x)  # its own array: the consumer's from_dlpack takes it as it is
+        if relabel is not None:
+            source = x.view(relabel[0])  # a dtype the framework holds but cannot export
+        else:
+            source = getattr(x, alias)() if alias is not None else x
         if kind == EXPORT_EXCHANGE and versioned:  # (the exchange API makes versioned tensors only)
             capsule = export_exchange(handle, source)
         elif kind == EXPORT_FUNCTION:
             capsule = handle(source)
         else:
             capsule = source.__dlpack__(max_version=_VERSION) if versioned else source.__dlpack__()
+        if relabel is not None:
+            relabel_triple(capsule, relabel[1])
         raw = probe(capsule)
     except Exception:
         return _DECLINED

@@ -267,8 +267,11 @@ def test_remembered_view_comes_back_with_its_dtype(to: str) -> None:
             assert torch.equal(back.view(torch.uint8), x.view(torch.uint8))
 
 
-@pytest.mark.xfail(strict=True, reason="dlbridge names torch's complex32 capsules (code 5, 32 bits) but its dtype "
-                   "table has no complex32, so a remembered complex32 view is refused (OptionError) when converted back")
+@pytest.mark.xfail(
+    strict=True,
+    reason="dlbridge names torch's complex32 capsules (code 5, 32 bits) but its dtype "
+    "table has no complex32, so a remembered complex32 view is refused (OptionError) when converted back",
+)
 def test_complex32_view_comes_back() -> None:
     """torch complex32 leaves as a uint32 view (fallback="view"); converting the view back must give
     complex32 again. Fails in the pipeline itself: the remembered name "complex32" is not one that

@@ -17,7 +17,10 @@ from .._capabilities import Capabilities, capabilities
 from .._capsule import Carrier
 from .._errors import DLBridgeError, MissingFrameworkError
 
-__all__ = ["Adapter", "AsIs", "export_capsule", "aligned_copy", "raw_bits"]
+__all__ = ["Adapter", "AsIs", "FastExport", "export_capsule", "aligned_copy", "raw_bits"]
+
+# What Adapter.fast_export returns: (kind, handle, guards, alias, relabel).
+FastExport = tuple[int, Any, tuple[tuple[str, bool, Any], ...], "str | None", "dict[Any, tuple[Any, int]] | None"]
 
 _ALIGN = 64
 
@@ -263,13 +266,15 @@ class Adapter:
     # Whether capabilities() can change during the process (the route then checks it on every call).
     dynamic_capabilities: ClassVar[bool] = False
 
-    def fast_export(self, cls: type) -> tuple[int, Any, tuple[tuple[str, bool, Any], ...], str | None] | None:
+    def fast_export(self, cls: type) -> FastExport | None:
         """How arrays of exactly type ``cls`` are exported on the fast route: (kind, handle, guards,
-        alias). kind 0 calls ``x.__dlpack__``, 1 the type's DLPack C exchange API (handle: its
-        capsule), 2 ``handle(x)``. Each guard ``(attribute, call, expected)`` must give ``expected``
-        (by identity), else the pipeline converts ``x``; ``alias`` names a method whose result is
-        exported instead of ``x``. None: arrays of ``cls`` always take the pipeline."""
-        return (0, None, (), None) if cls is self.array_class() else None
+        alias, relabel). kind 0 calls ``x.__dlpack__``, 1 the type's DLPack C exchange API (handle:
+        its capsule), 2 ``handle(x)``. Each guard ``(attribute, call, expected)`` must give
+        ``expected`` (by identity), else the pipeline converts ``x``; ``alias`` names a method whose
+        result is exported instead of ``x``; ``relabel`` maps ``x.dtype`` to ``(d, triple)``: export
+        ``x.view(d)`` and write dtype ``code | bits << 8 | lanes << 16`` into its capsule (dtypes the
+        framework holds but cannot export). None: arrays of ``cls`` always take the pipeline."""
+        return (0, None, (), None, None) if cls is self.array_class() else None
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         """How the fast route hands a capsule to this framework: (kind, importer, exchange API

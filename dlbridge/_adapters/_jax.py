@@ -8,7 +8,7 @@ from .._capabilities import Capabilities
 from .._capsule import GPU_CODES, relabel
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, export_capsule
+from ._base import Adapter, FastExport, export_capsule
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
 
@@ -42,7 +42,7 @@ class JaxAdapter(Adapter):
 
     dynamic_capabilities = True  # jax_enable_x64 can be switched at run time
 
-    def fast_export(self, cls: type) -> tuple[int, Any, tuple[tuple[str, bool, Any], ...], str | None] | None:
+    def fast_export(self, cls: type) -> FastExport | None:
         # The concrete array class (jaxlib's ArrayImpl), not tracers; and only where JAX's own
         # export needs no correction (cannot_export / exports_uint8 rows).
         base = self.array_class()
@@ -50,7 +50,7 @@ class JaxAdapter(Adapter):
             return None
         if self.caps.cannot_export or self.caps.exports_uint8:
             return None
-        return (0, None, (), None)
+        return (0, None, (), None, None)
 
     def import_alignment(self, caps: Capabilities) -> int:
         # Older JAX crashes copying an unaligned CPU buffer; the pipeline copies through the host.

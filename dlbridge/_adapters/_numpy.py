@@ -8,7 +8,7 @@ from .._capabilities import installed_version
 from .._capsule import relabel
 from .._dtypes import BY_NAME
 from .._errors import ProducerError, UnsupportedDtypeError
-from ._base import Adapter, aligned_copy, export_capsule
+from ._base import Adapter, FastExport, aligned_copy, export_capsule
 
 
 @lru_cache(maxsize=64)
@@ -67,6 +67,26 @@ class NumpyAdapter(Adapter):
         capsule = export_capsule(obj.view(f"u{dtype.itemsize}"), stream=None, max_version=max_version)
         relabel(capsule, logical)
         return capsule
+
+    def fast_export(self, cls: type) -> FastExport | None:
+        if cls is not self.array_class():  # subclasses (matrix, memmap, masked) take the pipeline
+            return None
+        return (0, None, (), None, self._ml_relabels() if "ml_dtypes" in sys.modules else None)
+
+    @cached_property
+    def _ml_relabels_cache(self) -> dict[Any, tuple[Any, int]]:
+        return {}
+
+    def _ml_relabels(self) -> dict[Any, tuple[Any, int]]:
+        """ml_dtypes dtype -> (same-width uint dtype, the capsule dtype): what export() does."""
+        found = self._ml_relabels_cache
+        if not found:
+            np, ml = self.mod, sys.modules["ml_dtypes"]
+            for name, d in BY_NAME.items():
+                kind = getattr(ml, name, None)
+                if kind is not None and d.lanes == 1 and np.dtype(kind).itemsize * 8 == d.bits:
+                    found[np.dtype(kind)] = (np.dtype(f"u{d.bits // 8}"), d.code | d.bits << 8 | d.lanes << 16)
+        return found
 
     def fast_self_import(self) -> type | None:
         # numpy.from_dlpack on an ndarray is one C call (no capsule is made or read).

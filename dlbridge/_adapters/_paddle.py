@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import ProducerError
-from ._base import Adapter, AsIs, export_capsule
+from ._base import Adapter, AsIs, FastExport, export_capsule
 
 _GRAD = "paddle tensor requires grad"
 
@@ -38,10 +38,10 @@ class PaddleAdapter(Adapter):
             raise BufferError(_GRAD)
         return export_capsule(obj, stream=stream, max_version=max_version)
 
-    def fast_export(self, cls: type) -> tuple[int, Any, tuple[tuple[str, bool, Any], ...], str | None] | None:
+    def fast_export(self, cls: type) -> FastExport | None:
         if cls is not self.array_class():
             return None
-        return (0, None, (("stop_gradient", False, True),), None)  # in an autograd graph: export_failed
+        return (0, None, (("stop_gradient", False, True),), None, None)  # in an autograd graph: export_failed
 
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip

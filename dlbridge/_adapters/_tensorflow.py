@@ -13,7 +13,7 @@ from typing import Any
 
 from .._capabilities import Capabilities
 from .._capsule import DLPackInfo, read
-from ._base import Adapter
+from ._base import Adapter, FastExport
 
 # TF imports a CPU buffer at any address without copying, but its kernels CHECK that data is
 # aligned to EIGEN_MAX_ALIGN_BYTES and abort the process otherwise ("Check failed: IsAligned()",
@@ -103,11 +103,11 @@ class TensorflowAdapter(Adapter):
 
         return from_dlpack
 
-    def fast_export(self, cls: type) -> tuple[int, Any, tuple[tuple[str, bool, Any], ...], str | None] | None:
+    def fast_export(self, cls: type) -> FastExport | None:
         # Concrete eager tensors only (symbolic ones have no data), exported as export() does.
         if cls.__name__ != "EagerTensor" or not cls.__module__.startswith("tensorflow."):
             return None
-        return (2, self._dlpack.to_dlpack, (), None)
+        return (2, self._dlpack.to_dlpack, (), None, None)
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         return (0, self._dlpack.from_dlpack, None)  # aligned CPU data only: import_alignment

@@ -8,7 +8,7 @@ from typing import Any
 from .._capabilities import Capabilities
 from .._capsule import GPU_CODES, device_name, is_exchange_api
 from .._errors import DLBridgeError, ProducerError
-from ._base import Adapter, AsIs, aligned_copy, export_capsule, raw_bits
+from ._base import Adapter, AsIs, FastExport, aligned_copy, export_capsule, raw_bits
 
 # torch's Tensor.__dlpack__ refuses a tensor that requires grad or has its conjugate bit set, but
 # exports one with the negative bit set as its bare memory, without the sign (probe 2026-11-23,
@@ -39,7 +39,7 @@ class TorchAdapter(Adapter):
         # np.from_dlpack(x) then x.set_(y) gives garbage). A detached alias holds the storage itself.
         return export_capsule(obj.detach(), stream=stream, max_version=max_version)
 
-    def fast_export(self, cls: type) -> tuple[int, Any, tuple[tuple[str, bool, Any], ...], str | None] | None:
+    def fast_export(self, cls: type) -> FastExport | None:
         torch = self.mod
         if cls is not torch.Tensor:  # subclasses may override __torch_function__ / __dlpack__
             return None
@@ -50,7 +50,7 @@ class TorchAdapter(Adapter):
                   ("layout", False, torch.strided))  # fmt: skip
         api = getattr(cls, "__dlpack_c_exchange_api__", None)
         # detach(): an alias that holds the storage itself (see export).
-        return (1, api, guards, "detach") if is_exchange_api(api) else (0, None, guards, "detach")
+        return (1, api, guards, "detach", None) if is_exchange_api(api) else (0, None, guards, "detach", None)
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         found = super().fast_import(caps)
