@@ -1,28 +1,41 @@
-"""Which hot path runs: the compiled accelerator (``dlbridge._accel``) or pure Python.
+"""The optional compiled accelerator: ``dlbridge._accel`` where it was built and matches this source.
 
-``DLBRIDGE_PURE_PYTHON=1`` forces pure Python. Imports nothing heavy (read by ``import dlbridge``).
+``accel`` is that module, or None where dlbridge runs in pure Python; ``reason`` says which and why
+(``dlbridge doctor`` prints it). ``DLBRIDGE_PURE_PYTHON`` set to anything but "" or "0" forces pure Python.
+Both paths give the same results; the compiled one is only faster.
+
+``import dlbridge`` imports this module, so it imports nothing heavy (no framework, no ctypes).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
-__all__ = ["accel", "reason"]
+__all__ = ["ABI", "ENV_VAR", "accel", "reason"]
 
-ABI = 1  # the _accel.c interface this Python code expects (its ACCEL_ABI)
+# The interface of _accel.c this source expects (its ABI constant): bump both together, so that a
+# module compiled from an older _accel.c is not used with a newer caller.
+ABI = 1
+ENV_VAR = "DLBRIDGE_PURE_PYTHON"
 
 
 def _load() -> tuple[ModuleType | None, str]:
-    if os.environ.get("DLBRIDGE_PURE_PYTHON", "") not in ("", "0"):
-        return None, "pure Python (DLBRIDGE_PURE_PYTHON is set)"
+    forced = os.environ.get(ENV_VAR, "")
+    if forced not in ("", "0"):
+        return None, f"pure Python ({ENV_VAR}={forced})"
     try:
-        from . import _accel
-    except ImportError as err:
-        return None, f"pure Python (no compiled module: {err})"
-    if getattr(_accel, "ABI", None) != ABI:
-        return None, "pure Python (the compiled module is from another version of dlbridge; rebuild: pip install -e .)"
-    return _accel, f"compiled ({_accel.__file__})"
+        module = importlib.import_module("._accel", __package__)
+    except ImportError as exc:  # not built: no C compiler or no Python headers at install time
+        return None, f"pure Python (no compiled module: {exc})"
+    found = getattr(module, "ABI", None)
+    if found != ABI:
+        return None, (
+            f"pure Python (stale compiled module {module.__file__}: ABI {found}, this source expects {ABI}; "
+            "rebuild it with `pip install -e .`, or `pip install .` for a non-editable install)"
+        )
+    return module, f"compiled ({module.__file__})"
 
 
 accel, reason = _load()

@@ -1,7 +1,8 @@
 """``dlbridge doctor``: installed versions and the hazards the capability table knows for them.
 
 Fast on purpose: versions come from package metadata and hazards from the table, so no
-framework is imported and nothing is probed (``dlbridge report`` does that).
+framework is imported and nothing is probed (``dlbridge report`` does that). The ``accelerator:``
+line says whether the compiled accelerator is in use, and why not where it is not.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import importlib.util
 import os
 from importlib import metadata
 
+from .. import _accelerator
 from .._adapters import ADAPTERS
 from .._capabilities import TABLE, capabilities, missing_requirements
 from .._dtypes import BY_NAME, FLOAT8
@@ -151,6 +153,7 @@ def doctor_text() -> str:
     lines += ["", f"hazards known to the capability table ({len(found)}):"]
     lines += [f"  - {h}" for h in found] or ["  none"]
     env = os.environ.get(ENV_VAR)
-    lines += ["", f'default fallback: "{get_default_fallback()}"' + (f" (${ENV_VAR}={env})" if env else ""),
+    lines += ["", f"accelerator: {_accelerator.reason}",
+              f'default fallback: "{get_default_fallback()}"' + (f" (${ENV_VAR}={env})" if env else ""),
               _report_hint(versions, missing)]  # fmt: skip
     return "\n".join(lines)

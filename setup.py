@@ -1,0 +1,21 @@
+"""The optional compiled accelerator, dlbridge._accel; all other metadata lives in pyproject.toml.
+
+It is built against CPython's limited API (one abi3 wheel for 3.10 and later). optional=True: where it
+cannot compile (no C compiler, no Python headers) the install still succeeds and dlbridge runs in pure
+Python; `dlbridge doctor` says which (its `accelerator:` line).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "dlbridge._accel",
+            ["dlbridge/_accel.c"],
+            py_limited_api=True,
+            define_macros=[("Py_LIMITED_API", "0x030A0000")],
+            optional=True,
+        )
+    ],
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+)
