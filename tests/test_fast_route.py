@@ -99,10 +99,7 @@ def _source(framework: str, dtype: str):
 # Plain conversions the route does not take yet (each takes the full pipeline every time: correct,
 # not fast). Keyed by (source, target, ml_dtypes dtype). When one is fixed its test fails with
 # "drop the _ROUTE_GAPS entry".
-_ML = "NumPy cannot export ml_dtypes arrays (__dlpack__ raises); the pipeline exports them as uint, the route does not"
-_ROUTE_GAPS = {
-    ("numpy", "numpy", True): _ML, ("numpy", "torch", True): _ML, ("numpy", "jax", True): _ML,
-}  # fmt: skip
+_ROUTE_GAPS: dict[tuple[str, str, bool], str] = {}  # (src, dst, bf16/fp8) the route always declines
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
