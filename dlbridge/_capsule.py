@@ -479,14 +479,15 @@ _Probe = tuple[bool, int, int, int, int, int, int, int, int, int, int, tuple[int
 # layout: the object header, then pointer, name), three times cheaper than two ctypes calls into
 # the C API; the layout is checked against PyCapsule_GetPointer/GetName on a probe capsule at import,
 # and where it differs (another interpreter build) the C API is called instead.
-_CapsuleFields = ctypes.c_void_p * 2
+_CAPSULE_FIELDS = struct.Struct("@PP")  # void *pointer; const char *name
+_CapsuleFields = ctypes.c_char * _CAPSULE_FIELDS.size
 _FIELDS_AT = object.__basicsize__  # after the object header
 
 
 def _fields_layout_ok() -> bool:
     probe = _new_capsule(12345, _TYPE_PROBE_NAME, None)
     try:
-        pointer, name = _CapsuleFields.from_address(id(probe) + _FIELDS_AT)
+        pointer, name = _CAPSULE_FIELDS.unpack_from(_CapsuleFields.from_address(id(probe) + _FIELDS_AT))
         size = len(_TYPE_PROBE_NAME) + 1
         return (
             pointer == 12345
@@ -507,7 +508,7 @@ def _probe_py(capsule: object) -> _Probe | None:
     if type(capsule) is not CapsuleType:
         return None
     if _DIRECT_FIELDS:
-        address, name_at = _CapsuleFields.from_address(id(capsule) + _FIELDS_AT)
+        address, name_at = _CAPSULE_FIELDS.unpack_from(_CapsuleFields.from_address(id(capsule) + _FIELDS_AT))
         if not name_at or not address:
             return None
         if _Versioned19.from_address(name_at).raw == b"dltensor_versioned\0":
@@ -517,10 +518,10 @@ def _probe_py(capsule: object) -> _Probe | None:
         else:
             return None
     else:
-        name = _get_name(capsule)
-        if name != VERSIONED and name != LEGACY:
+        found = _get_name(capsule)
+        if found != VERSIONED and found != LEGACY:
             return None
-        address = _get_pointer(capsule, name)
+        name, address = found, _get_pointer(capsule, found)
     if name == VERSIONED:
         if not address or _u32.from_address(address).value != SUPPORTED_MAJOR:
             return None
@@ -586,7 +587,6 @@ _new_owned_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes
 )
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 def _free_unconsumed(capsule: int) -> None:
     # The capsule is being destroyed (refcount 0): touched only through its address.
     if _capsule_is_valid(capsule, VERSIONED):
@@ -596,7 +596,8 @@ def _free_unconsumed(capsule: int) -> None:
             _Deleter(deleter)(managed)
 
 
-_FREE_UNCONSUMED = ctypes.cast(_free_unconsumed, ctypes.c_void_p).value
+_FREE_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_free_unconsumed)  # kept alive: module global
+_FREE_UNCONSUMED = ctypes.cast(_FREE_CALLBACK, ctypes.c_void_p).value
 
 
 def is_exchange_api(obj: object) -> bool:

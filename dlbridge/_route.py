@@ -183,10 +183,9 @@ def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -
         relabel = relabels.get(x.dtype) if relabels else None
         if relabel is None and type(x) is spec[T_SELF]:
             return spec[T_IMPORT](x)  # its own array: the consumer's from_dlpack takes it as it is
-        if relabel is not None:
-            source = x.view(relabel[0])  # a dtype the framework holds but cannot export
-        else:
-            source = getattr(x, alias)() if alias is not None else x
+        source = x if alias is None else getattr(x, alias)()
+        if relabel is not None:  # a dtype the framework holds but cannot export
+            source = x.view(relabel[0])
         if kind == EXPORT_EXCHANGE and versioned:  # (the exchange API makes versioned tensors only)
             capsule = export_exchange(handle, source)
         elif kind == EXPORT_FUNCTION:
