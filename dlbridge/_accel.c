@@ -390,9 +390,12 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
     /* fallback= as the index of its name; a policy block or anything unusual: the full pipeline. */
     if (fallback == g_not_given || fallback == Py_None) fallback = PyList_GetItem(g_default, 0);
     long fb = -1;
-    for (Py_ssize_t i = 0; i < PyTuple_Size(g_fallbacks); i++) {
-        PyObject *name = PyTuple_GetItem(g_fallbacks, i);
-        if (name == fallback || (PyUnicode_Check(fallback) && PyUnicode_Compare(name, fallback) == 0)) fb = (long)i;
+    Py_ssize_t count = PyTuple_Size(g_fallbacks);
+    for (Py_ssize_t i = 0; i < count && fb < 0; i++) {
+        if (PyTuple_GetItem(g_fallbacks, i) == fallback) fb = (long)i; /* the canonical objects (check_fallback) */
+    }
+    for (Py_ssize_t i = 0; i < count && fb < 0 && PyUnicode_Check(fallback); i++) {
+        if (PyUnicode_Compare(PyTuple_GetItem(g_fallbacks, i), fallback) == 0) fb = (long)i;
     }
     if (fb < 0) return call_slow(spec, args);
 
