@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <structmember.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ACCEL_ABI 1
@@ -47,6 +48,11 @@ typedef struct DLManagedTensorVersioned {
     uint64_t flags;
     DLTensor dl_tensor;
 } DLManagedTensorVersioned;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
 typedef struct DLPackExchangeAPIHeader {
     DLPackVersion version;
     struct DLPackExchangeAPIHeader *prev_api;
@@ -69,7 +75,7 @@ static const char EXCHANGE[] = "dlpack_exchange_api";
 
 /* --- the spec layout (dlbridge/_route.py) -------------------------------------------------- */
 enum { T_SLOW, T_READY, T_KIND, T_IMPORT, T_API, T_VERSIONED, T_ALIGN, T_READONLY_OK, T_OFFSET_OK,
-       T_ROUTES, T_CAPS_FN, T_CAPS, T_DECIDE, T_SELF, T_LEN };
+       T_ROUTES, T_CAPS_FN, T_CAPS, T_DECIDE, T_SELF, T_SELF_IMPORT, T_LEN };
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
 enum { P_KIND, P_HANDLE, P_GUARDS, P_ALIAS, P_RELABEL, P_LEN };
 enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2 };
@@ -183,6 +189,37 @@ static void managed_capsule_destructor(PyObject *capsule) {
         DLManagedTensorVersioned *managed = PyCapsule_GetPointer(capsule, VERSIONED);
         if (managed != NULL && managed->deleter != NULL) managed->deleter(managed);
     }
+}
+
+/* A legacy DLManagedTensor standing for a versioned one (for consumers that read 'dltensor' only):
+ * the same DLTensor (its shape and strides stay owned by the versioned tensor), freed through it.
+ * The deleter may run on any thread, without the GIL: plain malloc/free. */
+static void legacy_deleter(DLManagedTensor *self) {
+    DLManagedTensorVersioned *versioned = self->manager_ctx;
+    if (versioned != NULL && versioned->deleter != NULL) versioned->deleter(versioned);
+    free(self);
+}
+
+static void legacy_capsule_destructor(PyObject *capsule) {
+    if (PyCapsule_IsValid(capsule, LEGACY)) {
+        DLManagedTensor *managed = PyCapsule_GetPointer(capsule, LEGACY);
+        if (managed != NULL && managed->deleter != NULL) managed->deleter(managed);
+    }
+}
+
+/* A 'dltensor' capsule owning `versioned` (freed here on failure); NULL with an error set on failure. */
+static PyObject *legacy_capsule(DLManagedTensorVersioned *versioned) {
+    DLManagedTensor *legacy = malloc(sizeof(DLManagedTensor));
+    if (legacy == NULL) {
+        if (versioned->deleter != NULL) versioned->deleter(versioned);
+        return PyErr_NoMemory();
+    }
+    legacy->dl_tensor = versioned->dl_tensor;
+    legacy->manager_ctx = versioned;
+    legacy->deleter = legacy_deleter;
+    PyObject *capsule = PyCapsule_New(legacy, LEGACY, legacy_capsule_destructor);
+    if (capsule == NULL) legacy_deleter(legacy);
+    return capsule;
 }
 
 static void free_managed(DLManagedTensorVersioned *managed) {
@@ -418,6 +455,11 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
         Py_DECREF(caps);
         if (!same) return call_slow(spec, args);
     }
+    if ((PyObject *)Py_TYPE(x) == PyList_GetItem(spec, T_SELF)) { /* its own array: no capsule at all */
+        PyObject *result = PyObject_CallFunctionObjArgs(PyList_GetItem(spec, T_SELF_IMPORT), x, NULL);
+        if (result != NULL || must_propagate()) return result;
+        return call_slow(spec, args);
+    }
     if (!guards_hold(x, PyTuple_GetItem(producer, P_GUARDS))) {
         if (must_propagate()) return NULL;
         return call_slow(spec, args);
@@ -447,12 +489,6 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
             return call_slow(spec, args);
         }
     }
-    if (forced < 0 && (PyObject *)Py_TYPE(x) == PyList_GetItem(spec, T_SELF)) { /* its own array, in C */
-        Py_DECREF(source);
-        PyObject *result = PyObject_CallFunctionObjArgs(PyList_GetItem(spec, T_IMPORT), x, NULL);
-        if (result != NULL || must_propagate()) return result;
-        return call_slow(spec, args);
-    }
     if (alias != Py_None) {
         SETREF(source, PyObject_CallMethodObjArgs(x, alias, NULL));
         if (source == NULL) {
@@ -462,7 +498,6 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
     }
     DLManagedTensorVersioned *managed = NULL;
     PyObject *capsule = NULL;
-    if (pkind == EXPORT_EXCHANGE && !want_versioned) pkind = EXPORT_METHOD; /* it makes versioned tensors only */
     if (pkind == EXPORT_EXCHANGE) {
         DLPackExchangeAPI *api = PyCapsule_GetPointer(PyTuple_GetItem(producer, P_HANDLE), EXCHANGE);
         if (api == NULL || api->header.version.major != 1 ||
@@ -470,6 +505,19 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
             Py_DECREF(source);
             if (must_propagate()) return NULL;
             return call_slow(spec, args);
+        }
+        if (!want_versioned) { /* a consumer of legacy capsules: the same tensor as one */
+            if (managed->version.major != 1 || (managed->flags & FLAG_READ_ONLY)) { /* legacy cannot say so */
+                free_managed(managed);
+                Py_DECREF(source);
+                return call_slow(spec, args);
+            }
+            capsule = legacy_capsule(managed);
+            managed = NULL;
+            if (capsule == NULL) {
+                Py_DECREF(source);
+                return NULL;
+            }
         }
     } else {
         if (pkind == EXPORT_FUNCTION) {

@@ -38,7 +38,7 @@ __all__ = ["SPECS", "convert", "spec_for"]
 
 # Spec indexes (the same in _accel.c).
 T_SLOW, T_READY, T_KIND, T_IMPORT, T_API, T_VERSIONED, T_ALIGN, T_READONLY_OK, T_OFFSET_OK = range(9)
-T_ROUTES, T_CAPS_FN, T_CAPS, T_DECIDE, T_SELF, T_LEN = range(9, 14 + 1)
+T_ROUTES, T_CAPS_FN, T_CAPS, T_DECIDE, T_SELF, T_SELF_IMPORT, T_LEN = range(9, 15 + 1)
 # Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
 # through its DLPack C exchange API. Export kinds: x.__dlpack__(), the exchange API, a function.
 IMPORT_CAPSULE, IMPORT_CARRIER, IMPORT_EXCHANGE = 0, 1, 2
@@ -117,7 +117,7 @@ def _prepare(spec: list[Any], target: Adapter, caps: Capabilities) -> None:
     spec[T_ALIGN] = target.import_alignment(caps)
     spec[T_READONLY_OK] = caps.readonly_arrays
     spec[T_OFFSET_OK] = not caps.offset_needs_strides
-    spec[T_SELF] = target.fast_self_import()
+    spec[T_SELF], spec[T_SELF_IMPORT] = target.fast_self_import() or (None, None)
     spec[T_READY] = True
 
 
@@ -138,8 +138,7 @@ def _decide(target: Adapter, caps: Capabilities, key: int) -> tuple[int, Any] | 
         return (triple, None)
     if plan.mode == "reinterpret":
         wire = BY_NAME[plan.wire]
-        view, logical = target.view, plan.logical
-        return (wire.code | wire.bits << 8 | wire.lanes << 16, lambda result: view(result, logical))
+        return (wire.code | wire.bits << 8 | wire.lanes << 16, target.viewer(plan.logical))
     return None
 
 
@@ -180,9 +179,9 @@ def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -
             value = getattr(x, name)
             if (value() if call else value) is not expected:
                 return _DECLINED
+        if type(x) is spec[T_SELF]:
+            return spec[T_SELF_IMPORT](x)  # its own array: no capsule at all
         relabel = relabels.get(x.dtype) if relabels else None
-        if relabel is None and type(x) is spec[T_SELF]:
-            return spec[T_IMPORT](x)  # its own array: the consumer's from_dlpack takes it as it is
         source = x if alias is None else getattr(x, alias)()
         if relabel is not None:  # a dtype the framework holds but cannot export
             source = x.view(relabel[0])

@@ -284,9 +284,10 @@ class Adapter:
             return None
         return (0 if caps.takes_raw_capsules else 1, self._from_dlpack, None)
 
-    def fast_self_import(self) -> type | None:
-        """The array type whose objects the fast route hands to this framework's own ``from_dlpack``
-        as they are (where that is faster than any capsule, and always right: its own arrays)."""
+    def fast_self_import(self) -> tuple[type, Any] | None:
+        """(array type, f): the fast route returns ``f(x)`` for ``x`` of exactly that type, this
+        framework's own array, without any capsule: what its ``from_dlpack`` would return (a new
+        array object over the same memory, same dtype), where ``f`` is cheaper and takes every dtype."""
         return None
 
     def import_alignment(self, caps: Capabilities) -> int:
@@ -305,6 +306,10 @@ class Adapter:
     def view(self, arr: Any, dtype: str) -> Any:
         """Zero-copy reinterpretation as ``dtype`` (same itemsize)."""
         raise NotImplementedError
+
+    def viewer(self, dtype: str) -> Any:
+        """``view(_, dtype)`` as a one-argument callable (the fast route's reinterpret step)."""
+        return lambda arr: self.view(arr, dtype)
 
     def data_ptr(self, arr: Any) -> int:
         raise NotImplementedError

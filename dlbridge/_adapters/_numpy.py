@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import sys
 from functools import cached_property, lru_cache
+from operator import methodcaller
 from typing import Any
 
 from .._capabilities import installed_version
@@ -88,9 +89,13 @@ class NumpyAdapter(Adapter):
                     found[np.dtype(kind)] = (np.dtype(f"u{d.bits // 8}"), d.code | d.bits << 8 | d.lanes << 16)
         return found
 
-    def fast_self_import(self) -> type | None:
-        # numpy.from_dlpack on an ndarray is one C call (no capsule is made or read).
-        return self.mod.ndarray  # type: ignore[no-any-return]
+    def fast_self_import(self) -> tuple[type, Any] | None:
+        # ndarray.view(): a new array over the same memory with the same dtype and flags, as
+        # numpy.from_dlpack returns for an ndarray; also for ml_dtypes arrays, which NumPy cannot export.
+        return (self.mod.ndarray, self.mod.ndarray.view)
+
+    def viewer(self, dtype: str) -> Any:
+        return methodcaller("view", numpy_dtype(dtype))
 
     def for_type(self, cls: type) -> Adapter:
         masked = getattr(sys.modules.get("numpy.ma"), "MaskedArray", None)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from functools import cached_property
+from operator import methodcaller
 from typing import Any
 
 from .._capabilities import Capabilities
@@ -151,6 +152,9 @@ class TorchAdapter(Adapter):
 
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(getattr(self.mod, dtype))
+
+    def viewer(self, dtype: str) -> Any:
+        return methodcaller("view", getattr(self.mod, dtype))
 
     def data_ptr(self, arr: Any) -> int:
         return int(arr.data_ptr())
