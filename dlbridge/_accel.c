@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ACCEL_ABI 1
+#define ACCEL_ABI 2
 
 /* Py_SETREF / Py_XSETREF are not in the limited API before 3.12. */
 #define SETREF(dst, src) do { PyObject *_old = (PyObject *)(dst); (dst) = (src); Py_DECREF(_old); } while (0)
@@ -78,7 +78,7 @@ enum { T_SLOW, T_READY, T_KIND, T_IMPORT, T_API, T_VERSIONED, T_ALIGN, T_READONL
        T_ROUTES, T_CAPS_FN, T_CAPS, T_DECIDE, T_SELF, T_SELF_IMPORT, T_LEN };
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
 enum { P_KIND, P_HANDLE, P_GUARDS, P_ALIAS, P_RELABEL, P_LEN };
-enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2 };
+enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2, EXPORT_METHOD_LEGACY = 3 };
 
 /* Set once by configure(). */
 static PyObject *g_producers;     /* dict: exact type -> producer spec tuple */
@@ -86,6 +86,7 @@ static PyObject *g_views;         /* dict: id(view) -> record (_logical._entries
 static PyObject *g_default;       /* list [fallback name or None]: the default when no scope is open */
 static PyObject *g_fallbacks;     /* tuple of the fallback names, index = route key bits 32.. */
 static PyObject *g_not_given;     /* the NOT_GIVEN sentinel */
+static PyObject *g_get_default;   /* get_default_fallback(): when the cell is None */
 static PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
 static PyObject *g_empty;         /* () */
 static PyObject *g_dunder;        /* "__dlpack__" */
@@ -425,7 +426,18 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
     if (PyList_GetItem(spec, T_READY) != Py_True) return call_slow(spec, args);
 
     /* fallback= as the index of its name; a policy block or anything unusual: the full pipeline. */
-    if (fallback == g_not_given || fallback == Py_None) fallback = PyList_GetItem(g_default, 0);
+    PyObject *asked = NULL; /* a reference only when get_default_fallback() was called */
+    if (fallback == g_not_given || fallback == Py_None) {
+        fallback = PyList_GetItem(g_default, 0);
+        if (fallback == Py_None) { /* a fallback_policy block was used in this process: ask the policy */
+            asked = PyObject_CallNoArgs(g_get_default);
+            if (asked == NULL) {
+                if (must_propagate()) return NULL;
+                return call_slow(spec, args);
+            }
+            fallback = asked;
+        }
+    }
     long fb = -1;
     Py_ssize_t count = PyTuple_Size(g_fallbacks);
     for (Py_ssize_t i = 0; i < count && fb < 0; i++) {
@@ -434,6 +446,7 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
     for (Py_ssize_t i = 0; i < count && fb < 0 && PyUnicode_Check(fallback); i++) {
         if (PyUnicode_Compare(PyTuple_GetItem(g_fallbacks, i), fallback) == 0) fb = (long)i;
     }
+    Py_XDECREF(asked); /* the name stays alive in g_fallbacks when it matched */
     if (fb < 0) return call_slow(spec, args);
 
     PyObject *producer = PyDict_GetItemWithError(g_producers, (PyObject *)Py_TYPE(x));
@@ -524,7 +537,8 @@ static PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nar
             capsule = PyObject_CallFunctionObjArgs(PyTuple_GetItem(producer, P_HANDLE), source, NULL);
         } else {
             PyObject *method = PyObject_GetAttr(source, g_dunder);
-            capsule = method ? PyObject_Call(method, g_empty, want_versioned ? g_versioned_kw : NULL) : NULL;
+            int ask_versioned = want_versioned && pkind != EXPORT_METHOD_LEGACY; /* a producer before DLPack 1.0 */
+            capsule = method ? PyObject_Call(method, g_empty, ask_versioned ? g_versioned_kw : NULL) : NULL;
             Py_XDECREF(method);
         }
         if (capsule == NULL || !PyCapsule_CheckExact(capsule)) {
@@ -746,12 +760,12 @@ static PyType_Slot route_slots[] = {
 
 static PyType_Spec route_spec = {"dlbridge._accel.Route", sizeof(Route), 0, Py_TPFLAGS_DEFAULT, route_slots};
 
-/* configure(producers, views, default_cell, fallbacks, not_given) */
+/* configure(producers, views, default_cell, fallbacks, not_given, get_default) */
 static PyObject *configure(PyObject *module, PyObject *args) {
     (void)module;
-    PyObject *producers, *views, *cell, *fallbacks, *not_given;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyDict_Type, &producers, &PyDict_Type, &views, &PyList_Type, &cell,
-                          &PyTuple_Type, &fallbacks, &not_given))
+    PyObject *producers, *views, *cell, *fallbacks, *not_given, *get_default;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO", &PyDict_Type, &producers, &PyDict_Type, &views, &PyList_Type, &cell,
+                          &PyTuple_Type, &fallbacks, &not_given, &get_default))
         return NULL;
     if (PyList_Size(cell) != 1) {
         PyErr_SetString(PyExc_ValueError, "default_cell must hold one item");
@@ -762,6 +776,8 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     Py_INCREF(cell);
     Py_INCREF(fallbacks);
     Py_INCREF(not_given);
+    Py_INCREF(get_default);
+    XSETREF(g_get_default, get_default);
     XSETREF(g_producers, producers);
     XSETREF(g_views, views);
     XSETREF(g_default, cell);
@@ -774,7 +790,7 @@ static PyMethodDef accel_methods[] = {
     {"convert", (PyCFunction)(void (*)(void))convert, METH_FASTCALL,
      "convert(spec, x, fallback, dtype, device, copy, stream): the fast route, else spec's slow callable."},
     {"probe", probe, METH_O, "probe(capsule): the capsule's raw fields, or None for the Python reader to judge."},
-    {"configure", configure, METH_VARARGS, "configure(producers, views, default_cell, fallbacks, not_given)"},
+    {"configure", configure, METH_VARARGS, "configure(producers, views, default_cell, fallbacks, not_given, get_default)"},
     {NULL, NULL, 0, NULL},
 };
 

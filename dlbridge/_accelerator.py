@@ -17,7 +17,7 @@ __all__ = ["ABI", "ENV_VAR", "accel", "reason"]
 
 # The interface of _accel.c this source expects (its ABI constant): bump both together, so that a
 # module compiled from an older _accel.c is not used with a newer caller.
-ABI = 1
+ABI = 2
 ENV_VAR = "DLBRIDGE_PURE_PYTHON"
 
 

@@ -31,7 +31,7 @@ from ._capabilities import Capabilities
 from ._capsule import Carrier, DLPackInfo, c_strides, export_exchange, probe, relabel_triple, restore_triple
 from ._dtypes import BY_NAME, BY_TRIPLE
 from ._errors import DLBridgeError
-from ._options import FALLBACKS, NOT_GIVEN, default_cell, resolve_fallback
+from ._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
 from ._plan import plan_for
 
 __all__ = ["SPECS", "convert", "spec_for"]
@@ -42,7 +42,7 @@ T_ROUTES, T_CAPS_FN, T_CAPS, T_DECIDE, T_SELF, T_SELF_IMPORT, T_LEN = range(9, 1
 # Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
 # through its DLPack C exchange API. Export kinds: x.__dlpack__(), the exchange API, a function.
 IMPORT_CAPSULE, IMPORT_CARRIER, IMPORT_EXCHANGE = 0, 1, 2
-EXPORT_METHOD, EXPORT_EXCHANGE, EXPORT_FUNCTION = 0, 1, 2
+EXPORT_METHOD, EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD_LEGACY = 0, 1, 2, 3
 _VERSION = (1, 3)
 
 # exact type -> (export kind, handle, guards, alias method): filled as arrays of each type pass the pipeline.
@@ -165,7 +165,7 @@ _FALLBACK_INDEX = {name: i for i, name in enumerate(FALLBACKS)}
 
 def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -> Any:
     if fallback is NOT_GIVEN or fallback is None:
-        fallback = default_cell[0]
+        fallback = default_cell[0] or get_default_fallback()  # None: a fallback_policy block was used
     fb = _FALLBACK_INDEX.get(fallback) if type(fallback) is str else None  # an array's == is elementwise
     if fb is None:
         return _DECLINED
@@ -190,7 +190,8 @@ def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -
         elif kind == EXPORT_FUNCTION:
             capsule = handle(source)
         else:
-            capsule = source.__dlpack__(max_version=_VERSION) if versioned else source.__dlpack__()
+            legacy = not versioned or kind == EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
+            capsule = source.__dlpack__() if legacy else source.__dlpack__(max_version=_VERSION)
         if relabel is not None:
             relabel_triple(capsule, relabel[1])
         raw = probe(capsule)
@@ -230,7 +231,7 @@ def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -
 
 
 if accel is not None:
-    accel.configure(_producers, _views, default_cell, FALLBACKS, NOT_GIVEN)
+    accel.configure(_producers, _views, default_cell, FALLBACKS, NOT_GIVEN, get_default_fallback)
     convert = accel.convert
 else:
     convert = _convert_py

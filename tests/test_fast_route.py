@@ -28,7 +28,7 @@ import dlbridge
 from dlbridge import _accelerator, _route
 from tests._arrays import make_source, np_dtype, reference
 from tests._route_helpers import aligned, counting_declines, outcome, pipeline, ptr
-from tests.conftest import need, run_child
+from tests.conftest import caps_of, need, run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPILED = _accelerator.accel is not None
@@ -102,6 +102,16 @@ def _source(framework: str, dtype: str):
 _ROUTE_GAPS: dict[tuple[str, str, bool], str] = {}  # (src, dst, bf16/fp8) the route always declines
 
 
+def _route_stack_gap(src: str, dst: str) -> str | None:
+    """Why the installed versions keep (src, dst) off the route (the adapters decline them on
+    purpose), or None: the capability rows that make the pipeline necessary on older stacks."""
+    if dst == "numpy" and caps_of("numpy").readonly_imports:
+        return "NumPy < 2.2 imports read-only: the pipeline makes the result writable"
+    if src == "jax" and (caps_of("jax").cannot_export or caps_of("jax").exports_uint8):
+        return "this JAX's own export needs correcting (cannot_export / exports_uint8 rows)"
+    return None
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("src", ["numpy", "torch", "jax"])
 @pytest.mark.parametrize("dst", ["numpy", "torch", "jax"])
@@ -115,6 +125,9 @@ def test_route_equals_pipeline(src: str, dst: str, dtype: str) -> None:
             assert got == expected, (i, got[:3], expected[:3])
             assert outcome(lambda: TO[dst](x), x) == expected
     if expected[0] == "ok":
+        stack_gap = _route_stack_gap(src, dst)
+        if stack_gap:
+            pytest.skip(f"values checked; the route is off on this stack: {stack_gap}")
         gap = _ROUTE_GAPS.get((src, dst, dtype in ("bfloat16", "float8_e4m3fn")))
         if gap and slow[dst] > 2:
             pytest.xfail(gap)
@@ -242,7 +255,7 @@ def _capsules():
         p = CtypesArray.zeros(64, code=2, bits=32, shape=shape).with_(strides=strides, byte_offset=4)
         yield f"ok{shape}", p.__dlpack__(max_version=(1, 3)), False
         yield f"ok{shape}/legacy", p.__dlpack__(), False
-    yield "numpy", np.arange(6.0).reshape(2, 3).__dlpack__(max_version=(1, 3)), False
+    yield "numpy", np.arange(6.0).reshape(2, 3).__dlpack__(), False  # legacy: NumPy < 2.1 has no max_version
     for user in keep:
         user.release()
 

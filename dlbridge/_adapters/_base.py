@@ -269,7 +269,7 @@ class Adapter:
     def fast_export(self, cls: type) -> FastExport | None:
         """How arrays of exactly type ``cls`` are exported on the fast route: (kind, handle, guards,
         alias, relabel). kind 0 calls ``x.__dlpack__``, 1 the type's DLPack C exchange API (handle:
-        its capsule), 2 ``handle(x)``. Each guard ``(attribute, call, expected)`` must give
+        its capsule), 2 ``handle(x)``, 3 ``x.__dlpack__()`` without ``max_version`` (before DLPack 1.0). Each guard ``(attribute, call, expected)`` must give
         ``expected`` (by identity), else the pipeline converts ``x``; ``alias`` names a method whose
         result is exported instead of ``x``; ``relabel`` maps ``x.dtype`` to ``(d, triple)``: export
         ``x.view(d)`` and write dtype ``code | bits << 8 | lanes << 16`` into its capsule (dtypes the

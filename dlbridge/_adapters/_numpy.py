@@ -72,7 +72,8 @@ class NumpyAdapter(Adapter):
     def fast_export(self, cls: type) -> FastExport | None:
         if cls is not self.array_class():  # subclasses (matrix, memmap, masked) take the pipeline
             return None
-        return (0, None, (), None, self._ml_relabels() if "ml_dtypes" in sys.modules else None)
+        kind = 0 if self.caps.versioned_capsules else 3  # NumPy < 2.1: __dlpack__ takes no max_version
+        return (kind, None, (), None, self._ml_relabels() if "ml_dtypes" in sys.modules else None)
 
     @cached_property
     def _ml_relabels_cache(self) -> dict[Any, tuple[Any, int]]:
