@@ -11,7 +11,13 @@ setup(
     ext_modules=[
         Extension(
             "dlbridge._accel",
-            ["dlbridge/_accel.c"],
+            [
+                "dlbridge/_csrc/module.c",
+                "dlbridge/_csrc/route.c",
+                "dlbridge/_csrc/capsules.c",
+                "dlbridge/_csrc/objects.c",
+            ],
+            depends=["dlbridge/_csrc/accel.h"],
             py_limited_api=True,
             define_macros=[("Py_LIMITED_API", "0x030A0000")],
             optional=True,

@@ -15,8 +15,8 @@ from types import ModuleType
 
 __all__ = ["ABI", "ENV_VAR", "accel", "reason"]
 
-# The interface of _accel.c this source expects (its ABI constant): bump both together, so that a
-# module compiled from an older _accel.c is not used with a newer caller.
+# The interface of dlbridge/_csrc/ this source expects (its ABI constant): bump both together, so that a
+# module compiled from older C sources is not used with a newer caller.
 ABI = 2
 ENV_VAR = "DLBRIDGE_PURE_PYTHON"
 

@@ -470,7 +470,7 @@ class Carrier:
         return self._device
 
 
-# --- the fast route's pieces (see _route.py; _accel.c has the compiled forms) --------------------
+# --- the fast route's pieces (see _route.py; dlbridge/_csrc/ has the compiled forms) --------------------
 
 _Probe = tuple[bool, int, int, int, int, int, int, int, int, int, int, tuple[int, ...], "tuple[int, ...] | None", int]
 

@@ -7,14 +7,14 @@ rules (``plan_for``) and stored as a *route*: the dtype the consumer is handed (
 a same-width relabel) and what turns its import into the result (nothing, or a zero-copy view).
 
 ``convert(spec, x, fallback, dtype, device, copy, stream)`` replays a route: the compiled one in
-``_accel.c`` when it is built, else the Python one here, which does the same steps. Both decline
+``dlbridge/_csrc/`` when it is built, else the Python one here, which does the same steps. Both decline
 anything else (another device, layout, a read-only array a consumer cannot hold, an object that
 is not exactly a framework's own array type, a view dlbridge made, a guard that fails, any error
 on the way) to the full pipeline in ``_convert``, which decides again with every check and says
 what went wrong. Everything framework-specific comes from the adapters (``fast_export``,
 ``fast_import``); the route holds no framework knowledge.
 
-A spec is a list, one per target, read by index (``T_*``, mirrored in ``_accel.c``); the routes in
+A spec is a list, one per target, read by index (``T_*``, mirrored in ``_csrc/accel.h``); the routes in
 it are keyed by ``code | bits << 8 | lanes << 16 | fallback index << 32``.
 """
 
@@ -36,7 +36,7 @@ from ._plan import plan_for
 
 __all__ = ["SPECS", "convert", "spec_for"]
 
-# Spec indexes (the same in _accel.c).
+# Spec indexes (the same in _csrc/accel.h).
 T_SLOW, T_READY, T_KIND, T_IMPORT, T_API, T_VERSIONED, T_ALIGN, T_READONLY_OK, T_OFFSET_OK = range(9)
 T_ROUTES, T_CAPS_FN, T_CAPS, T_DECIDE, T_SELF, T_SELF_IMPORT, T_LEN = range(9, 15 + 1)
 # Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
@@ -142,7 +142,7 @@ def _decide(target: Adapter, caps: Capabilities, key: int) -> tuple[int, Any] | 
     return None
 
 
-# --- the Python route (the same steps as _accel.c's convert) ------------------------------------
+# --- the Python route (the same steps as _csrc/route.c's convert) ------------------------------------
 
 _views = _logical._entries  # mutated in place, never rebound
 

@@ -86,10 +86,10 @@ def test_without_a_compiled_module_dlbridge_runs_in_pure_python(tmp_path: Path) 
 
 @pytest.mark.parametrize(("source", "found"), [("ABI = 0\n", "0"), ("", "None")])
 def test_a_stale_compiled_module_is_not_used(tmp_path: Path, source: str, found: str) -> None:
-    # A module from an older _accel.c (another ABI, or none): used with this source it could misread
+    # A module from older C sources (another ABI, or none): used with this source it could misread
     # its arguments, so the loader refuses it and says how to rebuild.
     root = _copy_without_accel(tmp_path)
-    stale = root / "dlbridge" / "_accel.py"  # stands in for a .so compiled from an older _accel.c
+    stale = root / "dlbridge" / "_accel.py"  # stands in for a .so compiled from older C sources
     stale.write_text(source, encoding="utf-8")
     used, reason = _loaded(root)
     assert not used

@@ -1,4 +1,4 @@
-"""The fast route (dlbridge/_route.py; compiled in dlbridge/_accel.c): the same results as the full
+"""The fast route (dlbridge/_route.py; compiled in dlbridge/_csrc/): the same results as the full
 pipeline, on both paths.
 
 The tests run in-process on the path this process loaded; ``test_the_other_path_in_a_child`` reruns

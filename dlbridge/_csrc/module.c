@@ -1,0 +1,103 @@
+/* dlbridge._accel: the compiled fast route. This file: the module (its globals, configure(), init).
+ *
+ * convert() (route.c) replays a conversion that dlbridge/_route.py has already decided: a CPU array
+ * of a framework's own type, dense C order, no keyword but fallback=. Everything else, and anything
+ * unexpected on the way, goes to the full Python pipeline (the spec's "slow" callable), which makes the
+ * same decision with every check and message. So this code holds no framework knowledge and no error
+ * messages: it reads what _route.py hands it (the T_ and P_ indexes there, mirrored in accel.h) and
+ * declines whatever it does not recognise.
+ *
+ * Also: probe() (capsules.c), the capsule reader's compact form; Carrier (objects.c), a single-use
+ * object that hands a ready capsule to consumers that only take objects with __dlpack__; Route
+ * (objects.c), the public to_<framework> functions' compiled form.
+ *
+ * CPython limited API 3.10 (abi3): one build serves every supported Python.
+ */
+#include "accel.h"
+
+/* Set once by configure(). */
+PyObject *g_producers;     /* dict: exact type -> producer spec tuple */
+PyObject *g_views;         /* dict: id(view) -> record (_logical._entries) */
+PyObject *g_default;       /* list [fallback name or None]: the default when no scope is open */
+PyObject *g_fallbacks;     /* tuple of the fallback names, index = route key bits 32.. */
+PyObject *g_not_given;     /* the NOT_GIVEN sentinel */
+PyObject *g_get_default;   /* get_default_fallback(): when the cell is None */
+PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
+PyObject *g_empty;         /* () */
+PyObject *g_dunder;        /* "__dlpack__" */
+PyObject *g_dtype;         /* "dtype" */
+PyObject *g_view;          /* "view" */
+PyObject *g_cpu;           /* (1, 0) */
+PyObject *g_carrier_type;
+
+/* configure(producers, views, default_cell, fallbacks, not_given, get_default) */
+static PyObject *configure(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *producers, *views, *cell, *fallbacks, *not_given, *get_default;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO", &PyDict_Type, &producers, &PyDict_Type, &views, &PyList_Type, &cell,
+                          &PyTuple_Type, &fallbacks, &not_given, &get_default))
+        return NULL;
+    if (PyList_Size(cell) != 1) {
+        PyErr_SetString(PyExc_ValueError, "default_cell must hold one item");
+        return NULL;
+    }
+    Py_INCREF(producers);
+    Py_INCREF(views);
+    Py_INCREF(cell);
+    Py_INCREF(fallbacks);
+    Py_INCREF(not_given);
+    Py_INCREF(get_default);
+    XSETREF(g_get_default, get_default);
+    XSETREF(g_producers, producers);
+    XSETREF(g_views, views);
+    XSETREF(g_default, cell);
+    XSETREF(g_fallbacks, fallbacks);
+    XSETREF(g_not_given, not_given);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef accel_methods[] = {
+    {"convert", (PyCFunction)(void (*)(void))convert, METH_FASTCALL,
+     "convert(spec, x, fallback, dtype, device, copy, stream): the fast route, else spec's slow callable."},
+    {"probe", probe, METH_O, "probe(capsule): the capsule's raw fields, or None for the Python reader to judge."},
+    {"configure", configure, METH_VARARGS, "configure(producers, views, default_cell, fallbacks, not_given, get_default)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef accel_module = {
+    PyModuleDef_HEAD_INIT, "dlbridge._accel", "dlbridge's compiled fast route", -1, accel_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__accel(void) {
+    PyObject *m = PyModule_Create(&accel_module);
+    if (m == NULL) return NULL;
+    g_carrier_type = PyType_FromSpec(&carrier_spec);
+    PyObject *route_type = PyType_FromSpec(&route_spec);
+    if (objects_init() < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (route_type == NULL || PyModule_AddObject(m, "Route", route_type) < 0) {
+        Py_XDECREF(route_type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    g_empty = PyTuple_New(0);
+    g_dunder = PyUnicode_InternFromString("__dlpack__");
+    g_dtype = PyUnicode_InternFromString("dtype");
+    g_view = PyUnicode_InternFromString("view");
+    if (g_dtype == NULL || g_view == NULL) return NULL;
+    g_cpu = Py_BuildValue("(ii)", 1, 0);
+    PyObject *version = Py_BuildValue("(ii)", 1, 3);
+    g_versioned_kw = PyDict_New();
+    if (g_carrier_type == NULL || g_empty == NULL || g_dunder == NULL || g_cpu == NULL || version == NULL ||
+        g_versioned_kw == NULL || PyDict_SetItemString(g_versioned_kw, "max_version", version) < 0 ||
+        PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0 ||
+        PyModule_AddObjectRef(m, "Carrier", g_carrier_type) < 0) {
+        Py_XDECREF(version);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(version);
+    return m;
+}

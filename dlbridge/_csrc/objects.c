@@ -1,0 +1,203 @@
+/* The two object types: Carrier (hands a ready capsule to a consumer that only takes objects with
+ * __dlpack__) and Route (a public to_<framework> function whose call enters convert() directly). */
+#include "accel.h"
+
+/* --- Carrier ---------------------------------------------------------------------------- */
+typedef struct { PyObject_HEAD PyObject *capsule; PyObject *device; } Carrier;
+
+static PyObject *carrier_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *capsule, *device;
+    static char *names[] = {"capsule", "device", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", names, &capsule, &device)) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    Carrier *self = (Carrier *)alloc(type, 0);
+    if (self == NULL) return NULL;
+    Py_INCREF(capsule);
+    Py_INCREF(device);
+    self->capsule = capsule;
+    self->device = device;
+    return (PyObject *)self;
+}
+
+static void carrier_dealloc(PyObject *obj) {
+    Carrier *self = (Carrier *)obj;
+    PyTypeObject *type = Py_TYPE(obj);
+    Py_CLEAR(self->capsule);
+    Py_CLEAR(self->device);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(obj);
+    Py_DECREF(type);
+}
+
+static PyObject *carrier_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    /* The handshake with the real producer is done: the consumer's keywords are not needed. */
+    Carrier *self = (Carrier *)obj;
+    PyObject *capsule = self->capsule;
+    (void)args;
+    (void)nargs;
+    (void)kwnames;
+    if (capsule == NULL || capsule == Py_None) {
+        PyObject *errors = PyImport_ImportModule("dlbridge._errors");
+        PyObject *cls = errors ? PyObject_GetAttrString(errors, "CapsuleError") : NULL;
+        Py_XDECREF(errors);
+        if (cls != NULL) {
+            PyErr_SetString(cls, "this capsule was already handed to a consumer");
+            Py_DECREF(cls);
+        }
+        return NULL;
+    }
+    self->capsule = NULL;
+    return capsule; /* the reference moves to the caller */
+}
+
+static PyObject *carrier_device(PyObject *obj, PyObject *unused) {
+    (void)unused;
+    PyObject *device = ((Carrier *)obj)->device;
+    Py_INCREF(device);
+    return device;
+}
+
+static PyMethodDef carrier_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))carrier_dlpack, METH_FASTCALL | METH_KEYWORDS,
+     "The capsule, once."},
+    {"__dlpack_device__", carrier_device, METH_NOARGS, "The capsule's device."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot carrier_slots[] = {
+    {Py_tp_new, carrier_new},
+    {Py_tp_dealloc, carrier_dealloc},
+    {Py_tp_methods, carrier_methods},
+    {Py_tp_doc, "Carrier(capsule, device): hands a ready capsule to a consumer that only takes "
+                "objects with __dlpack__. Single use, like the capsule."},
+    {0, NULL},
+};
+
+PyType_Spec carrier_spec = {
+    "dlbridge._accel.Carrier", sizeof(Carrier), 0, Py_TPFLAGS_DEFAULT, carrier_slots,
+};
+
+PyObject *make_carrier(PyObject *capsule, PyObject *device) {
+    PyTypeObject *type = (PyTypeObject *)g_carrier_type;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    Carrier *self = (Carrier *)alloc(type, 0);
+    if (self == NULL) return NULL;
+    Py_INCREF(capsule);
+    Py_INCREF(device);
+    self->capsule = capsule;
+    self->device = device;
+    return (PyObject *)self;
+}
+
+/* --- Route: a public conversion function (to_numpy, ...) whose call enters convert() directly ---- */
+typedef struct { PyObject_HEAD PyObject *spec; PyObject *wrapped; PyObject *doc; } Route;
+
+static PyObject *g_keywords[5]; /* fallback, dtype, device, copy, stream: args[2..6] of convert() */
+
+static PyObject *route_call(PyObject *obj, PyObject *args, PyObject *kwargs) {
+    Route *self = (Route *)obj;
+    PyObject *argv[7] = {self->spec, NULL, g_not_given ? g_not_given : Py_None, Py_None, Py_None, Py_None, Py_None};
+    if (PyTuple_Size(args) != 1) return PyObject_Call(self->wrapped, args, kwargs); /* its TypeError */
+    argv[1] = PyTuple_GetItem(args, 0);
+    if (kwargs != NULL) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+            int found = 0;
+            for (int i = 0; i < 5 && !found; i++) {
+                if (key == g_keywords[i] || PyUnicode_Compare(key, g_keywords[i]) == 0) {
+                    argv[2 + i] = value;
+                    found = 1;
+                }
+            }
+            if (PyErr_Occurred()) return NULL;
+            if (!found) return PyObject_Call(self->wrapped, args, kwargs); /* its TypeError */
+        }
+    }
+    return convert(NULL, argv, 7);
+}
+
+static PyObject *route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *spec, *wrapped;
+    static char *names[] = {"spec", "wrapped", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O", names, &PyList_Type, &spec, &wrapped)) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    Route *self = (Route *)alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->doc = PyObject_GetAttrString(wrapped, "__doc__");
+    if (self->doc == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(spec);
+    Py_INCREF(wrapped);
+    self->spec = spec;
+    self->wrapped = wrapped;
+    return (PyObject *)self;
+}
+
+static void route_dealloc(PyObject *obj) {
+    Route *self = (Route *)obj;
+    PyTypeObject *type = Py_TYPE(obj);
+    Py_CLEAR(self->spec);
+    Py_CLEAR(self->wrapped);
+    Py_CLEAR(self->doc);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(obj);
+    Py_DECREF(type);
+}
+
+/* Introspection comes from the Python function it stands for (name, docstring, signature). */
+static PyObject *route_getattro(PyObject *obj, PyObject *name) {
+    Route *self = (Route *)obj;
+    if (PyUnicode_CompareWithASCIIString(name, "__wrapped__") == 0) {
+        Py_INCREF(self->wrapped);
+        return self->wrapped;
+    }
+    if (PyUnicode_CompareWithASCIIString(name, "__doc__") == 0 ||
+        PyUnicode_CompareWithASCIIString(name, "__module__") == 0)
+        return PyObject_GetAttr(self->wrapped, name);
+    PyObject *found = PyObject_GenericGetAttr(obj, name);
+    if (found != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError)) return found;
+    PyErr_Clear();
+    return PyObject_GetAttr(self->wrapped, name);
+}
+
+static PyObject *route_repr(PyObject *obj) { return PyObject_Repr(((Route *)obj)->wrapped); }
+
+/* Not bound when stored on a class, like a builtin function; and so a routine to inspect and pydoc,
+ * which then show the signature and docstring (help(dlbridge.to_numpy)). */
+static PyObject *route_get(PyObject *obj, PyObject *instance, PyObject *owner) {
+    (void)instance;
+    (void)owner;
+    Py_INCREF(obj);
+    return obj;
+}
+
+/* __doc__ as an instance member, so that lookups bypassing getattro (pydoc) find the function's. */
+static PyMemberDef route_members[] = {
+    {"__doc__", T_OBJECT, offsetof(Route, doc), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot route_slots[] = {
+    {Py_tp_members, route_members},
+    {Py_tp_new, route_new},
+    {Py_tp_dealloc, route_dealloc},
+    {Py_tp_call, route_call},
+    {Py_tp_getattro, route_getattro},
+    {Py_tp_repr, route_repr},
+    {Py_tp_descr_get, route_get},
+    {0, NULL},
+};
+
+PyType_Spec route_spec = {"dlbridge._accel.Route", sizeof(Route), 0, Py_TPFLAGS_DEFAULT, route_slots};
+
+int objects_init(void) {
+    const char *keywords[5] = {"fallback", "dtype", "device", "copy", "stream"};
+    for (int i = 0; i < 5; i++) {
+        g_keywords[i] = PyUnicode_InternFromString(keywords[i]);
+        if (g_keywords[i] == NULL) return -1;
+    }
+    return 0;
+}
