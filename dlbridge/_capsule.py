@@ -582,9 +582,6 @@ _capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_ch
 _capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _OFF_VERSIONED_DELETER = 16
-_new_owned_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
-    ("PyCapsule_New", _api)
-)
 
 
 def _free_unconsumed(capsule: int) -> None:
@@ -617,7 +614,7 @@ def export_exchange(api_capsule: object, obj: object) -> Any:
     export[0](obj, ctypes.byref(out))
     if not out.value:
         raise CapsuleError("the DLPack exchange API exported a NULL tensor")
-    return _new_owned_capsule(out.value, VERSIONED, _FREE_UNCONSUMED)
+    return _new_capsule(out.value, VERSIONED, _FREE_UNCONSUMED)
 
 
 if accel is not None:

@@ -29,6 +29,7 @@ from ._accelerator import accel
 from ._adapters import ADAPTERS, Adapter, adapter_for
 from ._capabilities import Capabilities
 from ._capsule import Carrier, DLPackInfo, c_strides, export_exchange, probe, relabel_triple, restore_triple
+from ._convert import _convert
 from ._dtypes import BY_NAME, BY_TRIPLE
 from ._errors import DLBridgeError
 from ._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
@@ -56,8 +57,6 @@ def _spec(target: Adapter) -> list[Any]:
     spec[T_ROUTES] = {}
 
     def slow(x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any) -> Any:
-        from ._convert import _convert
-
         result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream)
         _learn(spec, target, x)
         return result

@@ -73,22 +73,18 @@ class NumpyAdapter(Adapter):
         if cls is not self.array_class():  # subclasses (matrix, memmap, masked) take the pipeline
             return None
         kind = 0 if self.caps.versioned_capsules else 3  # NumPy < 2.1: __dlpack__ takes no max_version
-        return (kind, None, (), None, self._ml_relabels() if "ml_dtypes" in sys.modules else None)
+        return (kind, None, (), None, self._ml_relabels if "ml_dtypes" in sys.modules else None)
 
     @cached_property
-    def _ml_relabels_cache(self) -> dict[Any, tuple[Any, int]]:
-        return {}
-
     def _ml_relabels(self) -> dict[Any, tuple[Any, int]]:
-        """ml_dtypes dtype -> (same-width uint dtype, the capsule dtype): what export() does."""
-        found = self._ml_relabels_cache
-        if not found:
-            np, ml = self.mod, sys.modules["ml_dtypes"]
-            for name, d in BY_NAME.items():
-                kind = getattr(ml, name, None)
-                if kind is not None and d.lanes == 1 and np.dtype(kind).itemsize * 8 == d.bits:
-                    found[np.dtype(kind)] = (np.dtype(f"u{d.bits // 8}"), d.code | d.bits << 8 | d.lanes << 16)
-        return found
+        """ml_dtypes dtype -> (same-width uint dtype, the capsule dtype): what export() does.
+        Read once ml_dtypes is imported (fast_export asks only then)."""
+        np, ml = self.mod, sys.modules["ml_dtypes"]
+        return {
+            np.dtype(kind): (np.dtype(f"u{d.bits // 8}"), d.code | d.bits << 8 | d.lanes << 16)
+            for name, d in BY_NAME.items()
+            if (kind := getattr(ml, name, None)) is not None and d.lanes == 1 and np.dtype(kind).itemsize * 8 == d.bits
+        }
 
     def fast_self_import(self) -> tuple[type, Any] | None:
         # ndarray.view(): a new array over the same memory with the same dtype and flags, as

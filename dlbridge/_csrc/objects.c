@@ -5,10 +5,8 @@
 /* --- Carrier ---------------------------------------------------------------------------- */
 typedef struct { PyObject_HEAD PyObject *capsule; PyObject *device; } Carrier;
 
-static PyObject *carrier_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *capsule, *device;
-    static char *names[] = {"capsule", "device", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", names, &capsule, &device)) return NULL;
+PyObject *make_carrier(PyObject *capsule, PyObject *device) {
+    PyTypeObject *type = (PyTypeObject *)g_carrier_type;
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     Carrier *self = (Carrier *)alloc(type, 0);
     if (self == NULL) return NULL;
@@ -17,6 +15,14 @@ static PyObject *carrier_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     self->capsule = capsule;
     self->device = device;
     return (PyObject *)self;
+}
+
+static PyObject *carrier_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *capsule, *device;
+    static char *names[] = {"capsule", "device", NULL};
+    (void)type; /* not subclassable: always g_carrier_type */
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", names, &capsule, &device)) return NULL;
+    return make_carrier(capsule, device);
 }
 
 static void carrier_dealloc(PyObject *obj) {
@@ -77,17 +83,6 @@ PyType_Spec carrier_spec = {
     "dlbridge._accel.Carrier", sizeof(Carrier), 0, Py_TPFLAGS_DEFAULT, carrier_slots,
 };
 
-PyObject *make_carrier(PyObject *capsule, PyObject *device) {
-    PyTypeObject *type = (PyTypeObject *)g_carrier_type;
-    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
-    Carrier *self = (Carrier *)alloc(type, 0);
-    if (self == NULL) return NULL;
-    Py_INCREF(capsule);
-    Py_INCREF(device);
-    self->capsule = capsule;
-    self->device = device;
-    return (PyObject *)self;
-}
 
 /* --- Route: a public conversion function (to_numpy, ...) whose call enters convert() directly ---- */
 typedef struct { PyObject_HEAD PyObject *spec; PyObject *wrapped; PyObject *doc; } Route;
