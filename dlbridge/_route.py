@@ -14,13 +14,22 @@ on the way) to the full pipeline in ``_convert``, which decides again with every
 what went wrong. Everything framework-specific comes from the adapters (``fast_export``,
 ``fast_import``); the route holds no framework knowledge.
 
-A spec is a list, one per target, read by index (``T_*``, mirrored in ``_csrc/accel.h``); the routes in
-it are keyed by ``code | bits << 8 | lanes << 16 | fallback index << 32``.
+A spec is a one-item list holding the target's *state*: an immutable tuple, read by index (``S_*``,
+mirrored in ``_csrc/accel.h`` and checked by a test), replaced whole when it changes. A replay holds
+the state it started with (one strong reference), so code that runs in the middle of a conversion
+(a ``TorchFunctionMode``, a producer's Python ``__dlpack__``, another thread) and makes dlbridge learn
+again changes what the next call reads, never what this one holds. The routes in a state are keyed by
+``code | bits << 8 | lanes << 16 | fallback index << 32``.
+
+One rule for errors on the way, on both paths: an ``Exception`` sends the call to the pipeline (which
+meets it again and says what went wrong), except ``MemoryError``; ``KeyboardInterrupt``, ``SystemExit``
+and every other ``BaseException`` propagate as they are.
 """
 
 from __future__ import annotations
 
 import sys
+from functools import partial
 from math import prod
 from typing import Any
 
@@ -35,41 +44,42 @@ from ._errors import DLBridgeError
 from ._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
 from ._plan import plan_for
 
-__all__ = ["SPECS", "convert", "spec_for"]
+__all__ = ["SPECS", "convert", "spec_for", "replace_slow"]
 
-# Spec indexes (the same in _csrc/accel.h).
-T_SLOW, T_READY, T_KIND, T_IMPORT, T_API, T_VERSIONED, T_ALIGN, T_READONLY_OK, T_OFFSET_OK = range(9)
-T_ROUTES, T_CAPS_FN, T_CAPS, T_DECIDE, T_SELF, T_SELF_IMPORT, T_LEN = range(9, 15 + 1)
+# State indexes (the same in _csrc/accel.h; tests/test_route_reentrancy.py checks them).
+S_SLOW, S_READY, S_KIND, S_IMPORT, S_API, S_VERSIONED, S_ALIGN, S_READONLY_OK, S_OFFSET_OK = range(9)
+S_ROUTES, S_CAPS_FN, S_CAPS, S_DECIDE, S_SELF, S_SELF_IMPORT, S_SELF_DTYPES, S_LEN = range(9, 16 + 1)
+# Producer entry indexes (the same in accel.h).
+P_KIND, P_HANDLE, P_GUARDS, P_ALIAS, P_RELABEL, P_LEN = range(6)
 # Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
 # through its DLPack C exchange API. Export kinds: x.__dlpack__(), the exchange API, a function.
 IMPORT_CAPSULE, IMPORT_CARRIER, IMPORT_EXCHANGE = 0, 1, 2
 EXPORT_METHOD, EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD_LEGACY = 0, 1, 2, 3
 _VERSION = (1, 3)
 
-# exact type -> (export kind, handle, guards, alias method): filled as arrays of each type pass the pipeline.
+# exact type -> producer entry (kind, handle, guards, alias, relabels): filled as arrays of each type
+# pass the pipeline; an entry is replaced whole, never edited.
 _producers: dict[type, tuple[Any, ...]] = {}
 _seen: dict[type, int] = {}
 
 
+def _state(slow: Any, **fields: Any) -> tuple[Any, ...]:
+    state: list[Any] = [None] * S_LEN
+    state[S_SLOW], state[S_READY] = slow, False
+    for name, value in fields.items():
+        state[globals()[name]] = value
+    return tuple(state)
+
+
 def _spec(target: Adapter) -> list[Any]:
-    spec: list[Any] = [None] * T_LEN
-    spec[T_READY] = False
-    spec[T_ROUTES] = {}
+    spec: list[Any] = [None]
 
     def slow(x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any) -> Any:
         result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream)
-        _learn(spec, target, x)
+        _learn(spec, target, x, result if dtype is device is copy is stream is None else None)
         return result
 
-    def decide(key: int) -> tuple[int, Any] | None:
-        route = _decide(target, spec[T_CAPS], key)
-        routes = spec[T_ROUTES]
-        if len(routes) >= 1024:  # dtype codes are few; a bound all the same
-            routes.clear()
-        routes[key] = route
-        return route
-
-    spec[T_SLOW], spec[T_DECIDE] = slow, decide
+    spec[0] = _state(slow)
     return spec
 
 
@@ -80,12 +90,26 @@ def spec_for(target: Adapter) -> list[Any]:
     return SPECS[target.name]
 
 
-def _learn(spec: list[Any], target: Adapter, x: Any) -> None:
-    """After a conversion through the pipeline: make the target's spec ready, and note x's type."""
+def replace_slow(spec: list[Any], slow: Any) -> Any:
+    """Put ``slow`` in place of the spec's pipeline callable (tests count the calls); returns the old one."""
+    state = spec[0]
+    spec[0] = (*state[:S_SLOW], slow, *state[S_SLOW + 1 :])
+    return state[S_SLOW]
+
+
+def _learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
+    """After a conversion through the pipeline: make the target's state ready, and note x's type."""
     if target.loaded():
         caps = target.capabilities()
-        if spec[T_CAPS] is not caps:
-            _prepare(spec, target, caps)
+        if spec[0][S_CAPS] is not caps:
+            spec[0] = _prepare(spec[0][S_SLOW], target, caps)
+    state = spec[0]
+    if result is not None and type(x) is state[S_SELF] and type(result) is type(x):
+        # Its own array type: the route may hand back x's own kind of alias (S_SELF_IMPORT), but only
+        # for dtypes the pipeline took as they are (it refuses others: object, byte-swapped, ...).
+        dtypes = state[S_SELF_DTYPES]
+        if result.dtype == x.dtype and x.dtype not in dtypes and len(dtypes) < 256:
+            dtypes[x.dtype] = True
     # x's type, asked again when more modules have loaded (an export may depend on them: ml_dtypes).
     cls, loaded = type(x), len(sys.modules)
     if _seen.get(cls) == loaded:
@@ -100,24 +124,42 @@ def _learn(spec: list[Any], target: Adapter, x: Any) -> None:
         return
     if len(_producers) >= 64:
         _producers.clear()
-    _producers[cls] = export
+    _producers[cls] = tuple(export)
 
 
-def _prepare(spec: list[Any], target: Adapter, caps: Capabilities) -> None:
-    spec[T_READY] = False
+def _prepare(slow: Any, target: Adapter, caps: Capabilities) -> tuple[Any, ...]:
+    """The target's state for capability row ``caps``: a new tuple (routes decided afresh)."""
     found = target.fast_import(caps)
-    spec[T_ROUTES] = {}
-    spec[T_CAPS] = caps
-    spec[T_CAPS_FN] = target.capabilities if target.dynamic_capabilities else None
     if found is None:
-        return
-    spec[T_KIND], spec[T_IMPORT], spec[T_API] = found
-    spec[T_VERSIONED] = caps.versioned_capsules
-    spec[T_ALIGN] = target.import_alignment(caps)
-    spec[T_READONLY_OK] = caps.readonly_arrays
-    spec[T_OFFSET_OK] = not caps.offset_needs_strides
-    spec[T_SELF], spec[T_SELF_IMPORT] = target.fast_self_import() or (None, None)
-    spec[T_READY] = True
+        return _state(slow, S_CAPS=caps)
+    routes: dict[int, Any] = {}
+    self_type, self_import = target.fast_self_import() or (None, None)
+    return _state(
+        slow,
+        S_READY=True,
+        S_KIND=found[0],
+        S_IMPORT=found[1],
+        S_API=found[2],
+        S_VERSIONED=caps.versioned_capsules,
+        S_ALIGN=target.import_alignment(caps),
+        S_READONLY_OK=caps.readonly_arrays,
+        S_OFFSET_OK=not caps.offset_needs_strides,
+        S_ROUTES=routes,
+        S_CAPS_FN=target.capabilities if target.dynamic_capabilities else None,
+        S_CAPS=caps,
+        S_DECIDE=partial(_decide_into, routes, target, caps),
+        S_SELF=self_type,
+        S_SELF_IMPORT=self_import,
+        S_SELF_DTYPES={},
+    )
+
+
+def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, key: int) -> tuple[int, Any] | None:
+    route = _decide(target, caps, key)
+    if len(routes) >= 1024:  # dtype codes are few; a bound all the same
+        routes.clear()
+    routes[key] = route
+    return route
 
 
 def _decide(target: Adapter, caps: Capabilities, key: int) -> tuple[int, Any] | None:
@@ -125,7 +167,7 @@ def _decide(target: Adapter, caps: Capabilities, key: int) -> tuple[int, Any] | 
     pipeline decides each time (a refusal, a remembered view, an upcasting copy)."""
     code, bits, lanes, fallback = key & 0xFF, (key >> 8) & 0xFF, (key >> 16) & 0xFFFF, key >> 32
     name = BY_TRIPLE.get((code, bits, lanes))
-    if name is None or caps is None:
+    if name is None:
         return None
     info = DLPackInfo(name, code, bits, lanes, "cpu", 0, (), None, 0, 0, False, True, None, None)
     try:
@@ -147,13 +189,14 @@ _views = _logical._entries  # mutated in place, never rebound
 
 
 def _convert_py(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any) -> Any:
-    if dtype is None and device is None and copy is None and stream is None and spec[T_READY]:
+    state = spec[0]  # held for the whole call (see the module docstring)
+    if dtype is None and device is None and copy is None and stream is None and state[S_READY]:
         producer = _producers.get(type(x))
         if producer is not None and not (_views and id(x) in _views):
-            result = _replay(spec, producer, x, fallback)
+            result = _replay(state, producer, x, fallback)
             if result is not _DECLINED:
                 return result
-    return spec[T_SLOW](x, fallback, dtype, device, copy, stream)
+    return state[S_SLOW](x, fallback, dtype, device, copy, stream)
 
 
 _DECLINED = object()
@@ -162,66 +205,90 @@ _DECLINED = object()
 _FALLBACK_INDEX = {name: i for i, name in enumerate(FALLBACKS)}
 
 
-def _replay(spec: list[Any], producer: tuple[Any, ...], x: Any, fallback: Any) -> Any:
+def _replay(state: tuple[Any, ...], producer: tuple[Any, ...], x: Any, fallback: Any) -> Any:
     if fallback is NOT_GIVEN or fallback is None:
         fallback = default_cell[0] or get_default_fallback()  # None: a fallback_policy block was used
     fb = _FALLBACK_INDEX.get(fallback) if type(fallback) is str else None  # an array's == is elementwise
     if fb is None:
         return _DECLINED
-    caps_fn = spec[T_CAPS_FN]
-    if caps_fn is not None and caps_fn() is not spec[T_CAPS]:
-        return _DECLINED
-    kind, handle, guards, alias, relabels = producer
-    versioned = spec[T_VERSIONED]
     try:
-        for name, call, expected in guards:
-            value = getattr(x, name)
-            if (value() if call else value) is not expected:
-                return _DECLINED
-        if type(x) is spec[T_SELF]:
-            return spec[T_SELF_IMPORT](x)  # its own array: no capsule at all
-        relabel = relabels.get(x.dtype) if relabels else None
-        source = x if alias is None else getattr(x, alias)()
-        if relabel is not None:  # a dtype the framework holds but cannot export
-            source = x.view(relabel[0])
-        if kind == EXPORT_EXCHANGE and versioned:  # (the exchange API makes versioned tensors only)
-            capsule = export_exchange(handle, source)
-        elif kind == EXPORT_FUNCTION:
-            capsule = handle(source)
-        else:
-            legacy = not versioned or kind == EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
-            capsule = source.__dlpack__() if legacy else source.__dlpack__(max_version=_VERSION)
-        if relabel is not None:
-            relabel_triple(capsule, relabel[1])
-        raw = probe(capsule)
+        caps_fn = state[S_CAPS_FN]
+        if caps_fn is not None and caps_fn() is not state[S_CAPS]:
+            return _DECLINED
+        if type(x) is state[S_SELF]:  # its own array: no capsule at all, for dtypes the pipeline took
+            return state[S_SELF_IMPORT](x) if x.dtype in state[S_SELF_DTYPES] else _DECLINED
+        capsule = _export(state, producer, x)
+    except MemoryError:
+        raise
     except Exception:
         return _DECLINED
-    if raw is None:
+    raw = probe(capsule)
+    if raw is None or not _plain(state, raw):
         return _DECLINED
-    is_versioned, _, _, flags, data, device_type, device_id, _, code, bits, lanes, shape, strides, offset = raw
-    if device_type != 1 or device_id or (is_versioned and not versioned) or (strides and strides != c_strides(shape)):
-        return _DECLINED
-    if (flags & 1 and not spec[T_READONLY_OK]) or (offset and not spec[T_OFFSET_OK]):
-        return _DECLINED
-    size = prod(shape)
-    if size:
-        span = size * ((bits * lanes + 7) // 8)
-        if (shape and min(shape) < 0) or not data or data + offset + span >= 1 << 64 or span >= 1 << 62:
-            return _DECLINED
-        if (data + offset) % spec[T_ALIGN]:
-            return _DECLINED
-    triple = code | bits << 8 | lanes << 16
+    triple = raw[8] | raw[9] << 8 | raw[10] << 16
     key = triple | fb << 32
-    route = spec[T_ROUTES].get(key, _DECLINED)
+    route = state[S_ROUTES].get(key, _DECLINED)
     if route is _DECLINED:
-        route = spec[T_DECIDE](key)
+        route = state[S_DECIDE](key)
     if route is None:
         return _DECLINED
+    return _import(state, capsule, triple, route)
+
+
+def _export(state: tuple[Any, ...], producer: tuple[Any, ...], x: Any) -> Any:
+    """x's capsule as the producer entry says; guards that fail raise (a decline)."""
+    kind, handle, guards, alias, relabels = producer
+    for name, call, expected in guards:
+        value = getattr(x, name)
+        if (value() if call else value) is not expected:
+            raise _Declined
+    relabel = relabels.get(x.dtype) if relabels else None
+    source = x if alias is None else getattr(x, alias)()
+    if relabel is not None:  # a dtype the framework holds but cannot export
+        source = x.view(relabel[0])
+    if kind == EXPORT_EXCHANGE and state[S_VERSIONED]:  # (the exchange API makes versioned tensors only)
+        capsule = export_exchange(handle, source)
+    elif kind == EXPORT_FUNCTION:
+        capsule = handle(source)
+    else:
+        legacy = not state[S_VERSIONED] or kind == EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
+        capsule = source.__dlpack__() if legacy else source.__dlpack__(max_version=_VERSION)
+    if relabel is not None:
+        relabel_triple(capsule, relabel[1])
+    return capsule
+
+
+class _Declined(Exception):
+    """A guard that does not hold: the pipeline converts x."""
+
+
+def _plain(state: tuple[Any, ...], raw: tuple[Any, ...]) -> bool:
+    """Whether a probed capsule is what the route replays: CPU device 0, dense C order, flags and
+    alignment the consumer takes."""
+    is_versioned, _, _, flags, data, device_type, device_id, _, _, bits, lanes, shape, strides, offset = raw
+    if device_type != 1 or device_id or (is_versioned and not state[S_VERSIONED]):
+        return False
+    if (strides and strides != c_strides(shape)) or (flags & 1 and not state[S_READONLY_OK]):
+        return False
+    if offset and not state[S_OFFSET_OK]:
+        return False
+    size = prod(shape)
+    if not size:
+        return True
+    span = size * ((bits * lanes + 7) // 8)
+    if (shape and min(shape) < 0) or not data or data + offset + span >= 1 << 64 or span >= 1 << 62:
+        return False
+    return not (data + offset) % state[S_ALIGN]
+
+
+def _import(state: tuple[Any, ...], capsule: Any, triple: int, route: tuple[int, Any]) -> Any:
     wire, finish = route
     if wire != triple:
         relabel_triple(capsule, wire)
     try:
-        result = spec[T_IMPORT](Carrier(capsule, (1, 0)) if spec[T_KIND] == IMPORT_CARRIER else capsule)
+        result = state[S_IMPORT](Carrier(capsule, (1, 0)) if state[S_KIND] == IMPORT_CARRIER else capsule)
+    except MemoryError:
+        raise
     except Exception:
         if wire != triple:
             restore_triple(capsule, triple)

@@ -58,7 +58,7 @@ def counting_declines() -> Iterator[Counter[str]]:
     """Count the calls that reach each target's pipeline (the spec's slow callable): the first call
     of a kind, and every one the route declines. Both routes read the callable from the spec."""
     counts: Counter[str] = Counter()
-    saved = {name: spec[_route.T_SLOW] for name, spec in _route.SPECS.items()}
+    saved = {name: spec[0][_route.S_SLOW] for name, spec in _route.SPECS.items()}
 
     def counted(name: str, slow: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any) -> Any:
@@ -68,9 +68,9 @@ def counting_declines() -> Iterator[Counter[str]]:
         return call
 
     for name, spec in _route.SPECS.items():
-        spec[_route.T_SLOW] = counted(name, saved[name])
+        _route.replace_slow(spec, counted(name, saved[name]))
     try:
         yield counts
     finally:
         for name, spec in _route.SPECS.items():
-            spec[_route.T_SLOW] = saved[name]
+            _route.replace_slow(spec, saved[name])

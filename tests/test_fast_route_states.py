@@ -189,6 +189,64 @@ def test_numpy_state(state: str, to: str) -> None:
         assert expected[0] == "ok"  # copied, with the right values
 
 
+def _odd_numpy() -> dict[str, Callable[[], Any]]:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    return {
+        "object": lambda: np.array([1, "a", None], dtype=object),
+        "big-endian": lambda: np.arange(6, dtype=">i4"),
+        "big-endian-float": lambda: np.arange(6, dtype=">f8"),
+        "datetime64": lambda: np.arange(6).astype("datetime64[s]"),
+        "timedelta64": lambda: np.arange(6).astype("timedelta64[ms]"),
+        "int4": lambda: np.arange(6).astype(ml_dtypes.int4),
+        "uint4": lambda: np.arange(6).astype(ml_dtypes.uint4),
+        "str": lambda: np.array(["a", "bc"]),
+        "void": lambda: np.zeros(3, dtype="V4"),
+        "structured": lambda: np.zeros(3, dtype=[("a", "<i4"), ("b", "<f4")]),
+    }
+
+
+@pytest.mark.parametrize("warm_first", [False, True], ids=["cold", "after-float32"])
+@pytest.mark.parametrize("state", ["object", "big-endian", "big-endian-float", "datetime64", "timedelta64", "int4",
+                                   "uint4", "str", "void", "structured"])  # fmt: skip
+def test_numpy_into_numpy_does_not_depend_on_history(state: str, warm_first: bool) -> None:
+    """NumPy -> NumPy hands back x's own kind of alias only for dtypes the pipeline takes as they are:
+    arrays the pipeline refuses are refused the same way however warm the route is."""
+    make = _odd_numpy()[state]
+    if warm_first:
+        for _ in range(3):
+            dlbridge.to_numpy(_a())
+    expected = _same_as_pipeline(make, "numpy")
+    assert expected[0] == "error", expected
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e4m3b11fnuz", "float16", "complex128", "bool"])
+def test_numpy_into_numpy_replays_the_dtypes_it_took(dtype: str) -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    np_dtype = np.dtype(getattr(ml_dtypes, dtype, None) or dtype)
+    x = np.arange(6).astype(np_dtype)
+    expected = _same_as_pipeline(lambda: x, "numpy")
+    assert expected[0] == "ok" and expected[2] == dtype and expected[6], expected
+    with counting_declines() as counts:
+        out = dlbridge.to_numpy(x)
+    assert counts["numpy"] == 0, "the second call is replayed"
+    assert out.dtype == x.dtype and out.ctypes.data == x.ctypes.data and out is not x
+
+
+class _Name(str):
+    pass
+
+
+@pytest.mark.parametrize("to", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("src", ["numpy", "torch"])
+def test_a_str_subclass_fallback_is_refused_cold_and_warm(src: str, to: str) -> None:
+    need(to)
+    make = _a if src == "numpy" else _t
+    for _ in range(3):
+        getattr(dlbridge, f"to_{to}")(make(), fallback="view")
+    expected = _same_as_pipeline(make, to, fallback=_Name("view"))
+    assert expected[:2] == ("error", "OptionError"), expected
+
+
 # --- jax states -----------------------------------------------------------------------------------
 
 

@@ -287,7 +287,9 @@ class Adapter:
     def fast_self_import(self) -> tuple[type, Any] | None:
         """(array type, f): the fast route returns ``f(x)`` for ``x`` of exactly that type, this
         framework's own array, without any capsule: what its ``from_dlpack`` would return (a new
-        array object over the same memory, same dtype), where ``f`` is cheaper and takes every dtype."""
+        array object over the same memory, same dtype), where ``f`` is cheaper. Only for the dtypes
+        the pipeline converted that way before (the route learns them one by one), so dtypes the
+        pipeline refuses are refused however warm the route is."""
         return None
 
     def import_alignment(self, caps: Capabilities) -> int:

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <structmember.h>
 
-#define ACCEL_ABI 2
+#define ACCEL_ABI 3
 
 /* Py_SETREF / Py_XSETREF are not in the limited API before 3.12. */
 #define SETREF(dst, src) do { PyObject *_old = (PyObject *)(dst); (dst) = (src); Py_DECREF(_old); } while (0)
@@ -65,9 +65,10 @@ typedef struct {
 #define USED_VERSIONED "used_dltensor_versioned"
 #define EXCHANGE "dlpack_exchange_api"
 
-/* --- the spec layout (dlbridge/_route.py) -------------------------------------------------- */
-enum { T_SLOW, T_READY, T_KIND, T_IMPORT, T_API, T_VERSIONED, T_ALIGN, T_READONLY_OK, T_OFFSET_OK,
-       T_ROUTES, T_CAPS_FN, T_CAPS, T_DECIDE, T_SELF, T_SELF_IMPORT, T_LEN };
+/* --- the state layout (dlbridge/_route.py; tests/test_route_reentrancy.py checks they agree) ---- */
+/* A spec is a one-item list holding the target's state, an immutable tuple read by these indexes. */
+enum { S_SLOW, S_READY, S_KIND, S_IMPORT, S_API, S_VERSIONED, S_ALIGN, S_READONLY_OK, S_OFFSET_OK,
+       S_ROUTES, S_CAPS_FN, S_CAPS, S_DECIDE, S_SELF, S_SELF_IMPORT, S_SELF_DTYPES, S_LEN };
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
 enum { P_KIND, P_HANDLE, P_GUARDS, P_ALIAS, P_RELABEL, P_LEN };
 enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2, EXPORT_METHOD_LEGACY = 3 };

@@ -1,71 +1,326 @@
-/* The fast route: convert() replays a route _route.py decided, or hands the call to the pipeline. */
+/* The fast route: convert() replays a route _route.py decided, or hands the call to the pipeline.
+ *
+ * Ownership: everything a call reads from dlbridge's tables (the target's state tuple, the producer
+ * entry, a relabel entry, a route) is held by a strong reference in `Call` from the moment it is read
+ * until the call ends, because any call into Python on the way (a guard under a TorchFunctionMode, a
+ * producer's Python __dlpack__, the consumer's import, another thread) may make dlbridge learn again,
+ * which replaces those objects. Each step returns STEP_OK, STEP_DECLINE (the pipeline converts x) or
+ * STEP_ERROR (an error propagates); convert() releases everything in one place, then declines.
+ *
+ * One rule for errors on the way (settle()): an Exception sends the call to the pipeline, which
+ * meets it again and says what went wrong; MemoryError, KeyboardInterrupt, SystemExit and every
+ * other BaseException propagate.
+ */
 #include "accel.h"
 
-/* --- the fast route ------------------------------------------------------------------------- */
+enum { STEP_OK = 0, STEP_DECLINE = 1, STEP_ERROR = -1 };
 
-static PyObject *call_slow(PyObject *spec, PyObject *const *args) {
-    PyObject *slow = PyList_GetItem(spec, T_SLOW);
-    if (slow == NULL) return NULL;
-    return PyObject_CallFunctionObjArgs(slow, args[1], args[2], args[3], args[4], args[5], args[6], NULL);
+typedef struct {
+    PyObject *const *args;              /* spec, x, fallback, dtype, device, copy, stream (the caller's) */
+    PyObject *state;                    /* the target's state tuple (S_*) */
+    PyObject *producer;                 /* the producer entry of type(x) (P_*) */
+    PyObject *capsule;                  /* the export, as a capsule */
+    PyObject *route;                    /* (wire triple, finish or None) */
+    PyObject *result;                   /* what the caller gets */
+    DLManagedTensorVersioned *managed;  /* an exchange-API export, until a capsule or consumer owns it */
+    DLTensor *tensor;                   /* the exported tensor (inside capsule or managed) */
+    long long triple;                   /* the exported dtype: code | bits << 8 | lanes << 16 */
+    uint64_t flags;                     /* the export's DLPack flags (0 for a legacy capsule) */
+    long fallback;                      /* the fallback's index in g_fallbacks */
+    int versioned;                      /* whether the export is a versioned tensor */
+} Call;
+
+/* Items of the state and producer tuples (their sizes are checked in begin()); borrowed from them. */
+#define ITEM(c, i) PyTuple_GetItem((c)->state, (i))
+#define PITEM(c, i) PyTuple_GetItem((c)->producer, (i))
+
+/* After a failure: STEP_DECLINE for an Exception the pipeline will meet again (cleared), STEP_ERROR
+ * for anything else (left set); with no error set, STEP_DECLINE. */
+static int settle(void) {
+    if (PyErr_Occurred() == NULL) return STEP_DECLINE;
+    if (PyErr_ExceptionMatches(PyExc_Exception) && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        PyErr_Clear();
+        return STEP_DECLINE;
+    }
+    return STEP_ERROR;
+}
+
+static PyObject *call_slow(PyObject *const *args) {
+    PyObject *state = PyList_GetItem(args[0], 0);
+    if (state == NULL || !PyTuple_Check(state) || PyTuple_Size(state) != S_LEN) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "convert(): not a dlbridge route spec");
+        return NULL;
+    }
+    Py_INCREF(state);
+    PyObject *slow = PyTuple_GetItem(state, S_SLOW);
+    PyObject *result = PyObject_CallFunctionObjArgs(slow, args[1], args[2], args[3], args[4], args[5], args[6], NULL);
+    Py_DECREF(state);
+    return result;
+}
+
+/* fallback= as the index of its canonical name; anything else (a str subclass, an array): decline. */
+static int find_fallback(Call *c) {
+    PyObject *fallback = c->args[2], *asked = NULL;
+    if (fallback == g_not_given || fallback == Py_None) {
+        fallback = PyList_GetItem(g_default, 0);
+        if (fallback == NULL) return STEP_ERROR;
+        if (fallback == Py_None) { /* a fallback_policy block was used in this process: ask the policy */
+            asked = PyObject_CallNoArgs(g_get_default);
+            if (asked == NULL) return settle();
+            fallback = asked;
+        }
+    }
+    c->fallback = -1;
+    Py_ssize_t count = PyTuple_Size(g_fallbacks);
+    for (Py_ssize_t i = 0; i < count && c->fallback < 0; i++) {
+        PyObject *name = PyTuple_GetItem(g_fallbacks, i);
+        if (name == fallback) c->fallback = (long)i;
+        else if (PyUnicode_CheckExact(fallback) && PyUnicode_Compare(name, fallback) == 0) c->fallback = (long)i;
+    }
+    Py_XDECREF(asked);
+    return c->fallback < 0 ? STEP_DECLINE : STEP_OK;
+}
+
+/* The call's shape, the target's state and x's producer entry, or a decline. */
+static int begin(Call *c) {
+    PyObject *const *args = c->args;
+    if (args[3] != Py_None || args[4] != Py_None || args[5] != Py_None || args[6] != Py_None ||
+        g_producers == NULL || !PyList_Check(args[0]) || PyList_Size(args[0]) != 1)
+        return STEP_DECLINE;
+    c->state = PyList_GetItem(args[0], 0);
+    if (c->state == NULL || !PyTuple_Check(c->state) || PyTuple_Size(c->state) != S_LEN) {
+        c->state = NULL;
+        return settle();
+    }
+    Py_INCREF(c->state);
+    if (ITEM(c, S_READY) != Py_True) return STEP_DECLINE;
+    int step = find_fallback(c);
+    if (step != STEP_OK) return step;
+    c->producer = PyDict_GetItemWithError(g_producers, (PyObject *)Py_TYPE(args[1]));
+    if (c->producer == NULL) return PyErr_Occurred() ? STEP_ERROR : STEP_DECLINE;
+    Py_INCREF(c->producer);
+    if (!PyTuple_Check(c->producer) || PyTuple_Size(c->producer) != P_LEN) return STEP_DECLINE;
+    if (PyDict_Size(g_views) > 0) { /* x may be a view dlbridge made: its logical dtype is recorded */
+        PyObject *id = PyLong_FromVoidPtr(args[1]);
+        int known = id ? PyDict_Contains(g_views, id) : -1;
+        Py_XDECREF(id);
+        if (known != 0) return known < 0 ? STEP_ERROR : STEP_DECLINE;
+    }
+    PyObject *caps_fn = ITEM(c, S_CAPS_FN);
+    if (caps_fn != Py_None) { /* capabilities that vary at run time (JAX's x64 flag) */
+        PyObject *caps = PyObject_CallNoArgs(caps_fn);
+        if (caps == NULL) return settle();
+        int same = caps == ITEM(c, S_CAPS);
+        Py_DECREF(caps);
+        if (!same) return STEP_DECLINE;
+    }
+    return STEP_OK;
+}
+
+/* x of the target's own array type: its alias, for dtypes the pipeline took as they are. */
+static int self_import(Call *c) {
+    PyObject *x = c->args[1];
+    PyObject *dtype = PyObject_GetAttr(x, g_dtype);
+    if (dtype == NULL) return settle();
+    int known = PyDict_Contains(ITEM(c, S_SELF_DTYPES), dtype);
+    Py_DECREF(dtype);
+    if (known <= 0) return known < 0 ? settle() : STEP_DECLINE;
+    c->result = PyObject_CallFunctionObjArgs(ITEM(c, S_SELF_IMPORT), x, NULL);
+    return c->result != NULL ? STEP_OK : settle();
 }
 
 /* Whether every guard holds: getattr(x, name) (called when asked) is the expected object. */
-static int guards_hold(PyObject *x, PyObject *guards) {
-    Py_ssize_t n = PyTuple_Size(guards);
+static int check_guards(Call *c) {
+    PyObject *guards = PITEM(c, P_GUARDS);
+    Py_ssize_t n = PyTuple_Check(guards) ? PyTuple_Size(guards) : -1;
+    if (n < 0) return settle();
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *guard = PyTuple_GetItem(guards, i);
-        PyObject *name = PyTuple_GetItem(guard, 0);
+        if (guard == NULL || !PyTuple_Check(guard) || PyTuple_Size(guard) != 3) return settle();
         int call = PyObject_IsTrue(PyTuple_GetItem(guard, 1));
-        PyObject *expected = PyTuple_GetItem(guard, 2);
-        PyObject *value = PyObject_GetAttr(x, name);
-        if (value != NULL && call) {
-            PyObject *called = PyObject_CallNoArgs(value);
-            Py_DECREF(value);
-            value = called;
-        }
-        if (value == NULL) {
-            PyErr_Clear();
-            return 0;
-        }
-        int same = value == expected;
+        if (call < 0) return settle();
+        PyObject *value = PyObject_GetAttr(c->args[1], PyTuple_GetItem(guard, 0));
+        if (value != NULL && call) SETREF(value, PyObject_CallNoArgs(value));
+        if (value == NULL) return settle();
+        int same = value == PyTuple_GetItem(guard, 2);
         Py_DECREF(value);
-        if (!same) return 0;
+        if (!same) return STEP_DECLINE;
     }
-    return 1;
+    return STEP_OK;
 }
 
-/* A non-Exception error (KeyboardInterrupt, SystemExit) propagates; any other is cleared so that
- * the full pipeline can run and say what went wrong. Returns 1 when it must propagate. */
-static int must_propagate(void) {
-    if (PyErr_Occurred() == NULL) return 0;
-    if (PyErr_ExceptionMatches(PyExc_Exception)) {
-        PyErr_Clear();
-        return 0;
+/* What is exported: x, its alias (x.detach()), or x.view(d) for a dtype the framework cannot export
+ * (then *forced is the dtype triple its capsule gets). A new reference, or NULL with an error. */
+static PyObject *export_source(Call *c, long long *forced) {
+    PyObject *x = c->args[1], *relabels = PITEM(c, P_RELABEL), *alias = PITEM(c, P_ALIAS);
+    if (relabels != Py_None && PyDict_Check(relabels) && PyDict_Size(relabels) > 0) {
+        PyObject *dtype = PyObject_GetAttr(x, g_dtype);
+        PyObject *entry = dtype ? PyDict_GetItemWithError(relabels, dtype) : NULL;
+        Py_XINCREF(entry);
+        Py_XDECREF(dtype);
+        if (entry != NULL) {
+            PyObject *view = NULL;
+            if (PyTuple_Check(entry) && PyTuple_Size(entry) == 2) {
+                *forced = PyLong_AsLongLong(PyTuple_GetItem(entry, 1));
+                view = *forced < 0 ? NULL : PyObject_CallMethodObjArgs(x, g_view, PyTuple_GetItem(entry, 0), NULL);
+            }
+            Py_DECREF(entry);
+            return view;
+        }
+        if (PyErr_Occurred()) return NULL;
     }
-    return 1;
+    if (alias != Py_None) return PyObject_CallMethodObjArgs(x, alias, NULL);
+    Py_INCREF(x);
+    return x;
 }
 
-static PyObject *route_for(PyObject *spec, long long key) {
-    PyObject *routes = PyList_GetItem(spec, T_ROUTES);
-    PyObject *pykey = PyLong_FromLongLong(key);
-    if (routes == NULL || pykey == NULL) {
-        Py_XDECREF(pykey);
-        return NULL;
+/* The producer's export of `source` into c->managed (exchange API) or c->capsule. */
+static int export_tensor(Call *c, PyObject *source) {
+    long kind = PyLong_AsLong(PITEM(c, P_KIND));
+    int want_versioned = ITEM(c, S_VERSIONED) == Py_True;
+    if (kind == EXPORT_EXCHANGE) {
+        DLPackExchangeAPI *api = PyCapsule_GetPointer(PITEM(c, P_HANDLE), EXCHANGE);
+        if (api == NULL || api->header.version.major != 1) return settle();
+        if (api->managed_tensor_from_py_object_no_sync(source, &c->managed) != 0 || c->managed == NULL) {
+            c->managed = NULL;
+            return settle();
+        }
+        if (c->managed->version.major != 1) return STEP_DECLINE;
+        if (want_versioned) return STEP_OK;
+        if (c->managed->flags & FLAG_READ_ONLY) return STEP_DECLINE; /* a legacy capsule cannot say so */
+        DLManagedTensorVersioned *managed = c->managed;
+        c->managed = NULL;
+        c->capsule = legacy_capsule(managed); /* owns managed from here, also on failure */
+        return c->capsule != NULL ? STEP_OK : settle();
     }
-    PyObject *route = PyDict_GetItemWithError(routes, pykey);
-    if (route != NULL) {
-        Py_INCREF(route);
-        Py_DECREF(pykey);
-        return route;
+    if (kind == EXPORT_FUNCTION) {
+        c->capsule = PyObject_CallFunctionObjArgs(PITEM(c, P_HANDLE), source, NULL);
+    } else {
+        PyObject *method = PyObject_GetAttr(source, g_dunder);
+        int ask_versioned = want_versioned && kind != EXPORT_METHOD_LEGACY; /* a producer before DLPack 1.0 */
+        c->capsule = method ? PyObject_Call(method, g_empty, ask_versioned ? g_versioned_kw : NULL) : NULL;
+        Py_XDECREF(method);
     }
-    if (PyErr_Occurred()) {
-        Py_DECREF(pykey);
-        return NULL;
+    if (c->capsule == NULL) return settle();
+    return PyCapsule_CheckExact(c->capsule) ? STEP_OK : STEP_DECLINE;
+}
+
+static void write_dtype(DLTensor *t, long long triple) {
+    t->dtype.code = (uint8_t)(triple & 0xFF);
+    t->dtype.bits = (uint8_t)((triple >> 8) & 0xFF);
+    t->dtype.lanes = (uint16_t)((triple >> 16) & 0xFFFF);
+}
+
+static int export_x(Call *c) {
+    long long forced = -1;
+    PyObject *source = export_source(c, &forced);
+    if (source == NULL) return settle();
+    int step = export_tensor(c, source);
+    Py_DECREF(source);
+    if (step != STEP_OK) return step;
+    uint64_t *flags = NULL;
+    c->versioned = 1;
+    if (c->managed != NULL) {
+        c->tensor = &c->managed->dl_tensor;
+        flags = &c->managed->flags;
+    } else {
+        c->tensor = capsule_tensor(c->capsule, &c->versioned, &flags);
     }
-    PyObject *decide = PyList_GetItem(spec, T_DECIDE);
-    route = decide ? PyObject_CallFunctionObjArgs(decide, pykey, NULL) : NULL;
-    Py_DECREF(pykey);
-    return route; /* decide() stores it in the routes itself */
+    if (c->tensor == NULL) return STEP_DECLINE;
+    c->flags = flags != NULL ? *flags : 0;
+    if (forced >= 0) write_dtype(c->tensor, forced); /* our own export of x.view(d): x's dtype */
+    c->triple = (long long)c->tensor->dtype.code | ((long long)c->tensor->dtype.bits << 8) |
+                ((long long)c->tensor->dtype.lanes << 16);
+    return STEP_OK;
+}
+
+/* CPU device 0, a plain layout, flags and alignment the consumer takes; then the stored route. */
+static int find_route(Call *c) {
+    const DLTensor *t = c->tensor;
+    if (t->device.device_type != 1 || t->device.device_id != 0 || !plain_layout(t) ||
+        (c->versioned && ITEM(c, S_VERSIONED) != Py_True) ||
+        ((c->flags & FLAG_READ_ONLY) && ITEM(c, S_READONLY_OK) != Py_True) ||
+        (t->byte_offset && ITEM(c, S_OFFSET_OK) != Py_True))
+        return STEP_DECLINE;
+    long align = PyLong_AsLong(ITEM(c, S_ALIGN));
+    if (align < 1) return settle();
+    uint64_t size = 1;
+    for (int i = 0; i < t->ndim; i++) size *= (uint64_t)t->shape[i];
+    if (align > 1 && size && ((uintptr_t)t->data + t->byte_offset) % (uint64_t)align) return STEP_DECLINE;
+    PyObject *key = PyLong_FromLongLong(c->triple | ((long long)c->fallback << 32));
+    if (key == NULL) return settle();
+    c->route = PyDict_GetItemWithError(ITEM(c, S_ROUTES), key);
+    Py_XINCREF(c->route);
+    if (c->route == NULL && !PyErr_Occurred()) c->route = PyObject_CallFunctionObjArgs(ITEM(c, S_DECIDE), key, NULL);
+    Py_DECREF(key);
+    if (c->route == NULL) return settle();
+    if (c->route == Py_None) return STEP_DECLINE;
+    return PyTuple_Check(c->route) && PyTuple_Size(c->route) == 2 ? STEP_OK : STEP_DECLINE;
+}
+
+/* The exchange-API import: the consumer owns the tensor from here on, also if it fails. */
+static int import_exchange(Call *c) {
+    DLPackExchangeAPI *api = PyCapsule_GetPointer(ITEM(c, S_API), EXCHANGE);
+    if (api == NULL || api->header.version.major != 1) return settle();
+    DLManagedTensorVersioned *taken = c->managed;
+    if (taken == NULL) {
+        taken = PyCapsule_GetPointer(c->capsule, VERSIONED);
+        if (taken == NULL) return settle();
+        if (PyCapsule_SetName(c->capsule, USED_VERSIONED) < 0) return settle();
+    }
+    c->managed = NULL;
+    c->tensor = NULL;
+    void *out = NULL;
+    if (api->managed_tensor_to_py_object_no_sync(taken, &out) != 0 || out == NULL) return settle();
+    c->result = out;
+    return STEP_OK;
+}
+
+/* A capsule (or a Carrier holding it) to the consumer's importer; a refused capsule keeps its dtype. */
+static int import_capsule(Call *c, DLDataType saved) {
+    if (c->managed != NULL) { /* an exchange export for a consumer that takes capsules */
+        c->capsule = PyCapsule_New(c->managed, VERSIONED, managed_capsule_destructor);
+        if (c->capsule == NULL) return settle();
+        c->managed = NULL;
+    }
+    PyObject *importer = ITEM(c, S_IMPORT);
+    if (PyLong_AsLong(ITEM(c, S_KIND)) == IMPORT_CARRIER) {
+        PyObject *carrier = make_carrier(c->capsule, g_cpu);
+        c->result = carrier ? PyObject_CallFunctionObjArgs(importer, carrier, NULL) : NULL;
+        Py_XDECREF(carrier);
+    } else {
+        c->result = PyObject_CallFunctionObjArgs(importer, c->capsule, NULL);
+    }
+    if (c->result != NULL) return STEP_OK;
+    const char *name = PyCapsule_GetName(c->capsule);
+    if (name != NULL && (strcmp(name, VERSIONED) == 0 || strcmp(name, LEGACY) == 0)) c->tensor->dtype = saved;
+    if (name == NULL) PyErr_Clear(); /* (the consumer's error is the one that counts) */
+    return settle();
+}
+
+/* Relabel (reinterpret routes), import, finish. */
+static int import_x(Call *c) {
+    long long wire = PyLong_AsLongLong(PyTuple_GetItem(c->route, 0));
+    PyObject *finish = PyTuple_GetItem(c->route, 1);
+    if (wire < 0) return settle();
+    DLDataType saved = c->tensor->dtype;
+    if (wire != c->triple) write_dtype(c->tensor, wire);
+    int step = PyLong_AsLong(ITEM(c, S_KIND)) == IMPORT_EXCHANGE && c->versioned ? import_exchange(c)
+                                                                                 : import_capsule(c, saved);
+    if (step != STEP_OK || finish == Py_None) return step;
+    SETREF(c->result, PyObject_CallFunctionObjArgs(finish, c->result, NULL));
+    return c->result != NULL ? STEP_OK : STEP_ERROR; /* the result exists: a failed finish is an error */
+}
+
+static int replay(Call *c) {
+    int step = begin(c);
+    if (step != STEP_OK) return step;
+    if ((PyObject *)Py_TYPE(c->args[1]) == ITEM(c, S_SELF)) return self_import(c);
+    step = check_guards(c);
+    if (step == STEP_OK) step = export_x(c);
+    if (step == STEP_OK) step = find_route(c);
+    if (step == STEP_OK) step = import_x(c);
+    return step;
 }
 
 /* convert(spec, x, fallback, dtype, device, copy, stream) */
@@ -75,239 +330,17 @@ PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "convert() takes 7 positional arguments");
         return NULL;
     }
-    PyObject *spec = args[0], *x = args[1], *fallback = args[2];
-    if (args[3] != Py_None || args[4] != Py_None || args[5] != Py_None || args[6] != Py_None ||
-        g_producers == NULL || !PyList_Check(spec) || PyList_Size(spec) != T_LEN)
-        return call_slow(spec, args);
-    if (PyList_GetItem(spec, T_READY) != Py_True) return call_slow(spec, args);
-
-    /* fallback= as the index of its name; a policy block or anything unusual: the full pipeline. */
-    PyObject *asked = NULL; /* a reference only when get_default_fallback() was called */
-    if (fallback == g_not_given || fallback == Py_None) {
-        fallback = PyList_GetItem(g_default, 0);
-        if (fallback == Py_None) { /* a fallback_policy block was used in this process: ask the policy */
-            asked = PyObject_CallNoArgs(g_get_default);
-            if (asked == NULL) {
-                if (must_propagate()) return NULL;
-                return call_slow(spec, args);
-            }
-            fallback = asked;
-        }
-    }
-    long fb = -1;
-    Py_ssize_t count = PyTuple_Size(g_fallbacks);
-    for (Py_ssize_t i = 0; i < count && fb < 0; i++) {
-        if (PyTuple_GetItem(g_fallbacks, i) == fallback) fb = (long)i; /* the canonical objects (check_fallback) */
-    }
-    for (Py_ssize_t i = 0; i < count && fb < 0 && PyUnicode_Check(fallback); i++) {
-        if (PyUnicode_Compare(PyTuple_GetItem(g_fallbacks, i), fallback) == 0) fb = (long)i;
-    }
-    Py_XDECREF(asked); /* the name stays alive in g_fallbacks when it matched */
-    if (fb < 0) return call_slow(spec, args);
-
-    PyObject *producer = PyDict_GetItemWithError(g_producers, (PyObject *)Py_TYPE(x));
-    if (producer == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        return call_slow(spec, args);
-    }
-    if (PyDict_Size(g_views) > 0) { /* x may be a view dlbridge made: its logical dtype is recorded */
-        PyObject *id = PyLong_FromVoidPtr(x);
-        int known = id ? PyDict_Contains(g_views, id) : -1;
-        Py_XDECREF(id);
-        if (known != 0) return known < 0 ? NULL : call_slow(spec, args);
-    }
-    PyObject *caps_fn = PyList_GetItem(spec, T_CAPS_FN);
-    if (caps_fn != Py_None) { /* capabilities that vary at run time (JAX's x64 flag) */
-        PyObject *caps = PyObject_CallNoArgs(caps_fn);
-        if (caps == NULL) return NULL;
-        int same = caps == PyList_GetItem(spec, T_CAPS);
-        Py_DECREF(caps);
-        if (!same) return call_slow(spec, args);
-    }
-    if ((PyObject *)Py_TYPE(x) == PyList_GetItem(spec, T_SELF)) { /* its own array: no capsule at all */
-        PyObject *result = PyObject_CallFunctionObjArgs(PyList_GetItem(spec, T_SELF_IMPORT), x, NULL);
-        if (result != NULL || must_propagate()) return result;
-        return call_slow(spec, args);
-    }
-    if (!guards_hold(x, PyTuple_GetItem(producer, P_GUARDS))) {
-        if (must_propagate()) return NULL;
-        return call_slow(spec, args);
-    }
-
-    /* Export: a managed tensor (exchange API) or a capsule. */
-    long pkind = PyLong_AsLong(PyTuple_GetItem(producer, P_KIND));
-    long tkind = PyLong_AsLong(PyList_GetItem(spec, T_KIND));
-    int want_versioned = PyList_GetItem(spec, T_VERSIONED) == Py_True;
-    PyObject *alias = PyTuple_GetItem(producer, P_ALIAS);
-    PyObject *relabels = PyTuple_GetItem(producer, P_RELABEL);
-    long long forced = -1; /* a dtype the framework holds but cannot export: x.view(d), relabelled */
-    PyObject *source = x;
-    Py_INCREF(source);
-    if (relabels != NULL && relabels != Py_None && PyDict_Size(relabels) > 0) {
-        PyObject *dtype = PyObject_GetAttr(x, g_dtype);
-        PyObject *entry = dtype ? PyDict_GetItemWithError(relabels, dtype) : NULL; /* borrowed */
-        Py_XDECREF(dtype);
-        if (entry != NULL) {
-            forced = PyLong_AsLongLong(PyTuple_GetItem(entry, 1));
-            SETREF(source, PyObject_CallMethodObjArgs(x, g_view, PyTuple_GetItem(entry, 0), NULL));
-            alias = Py_None;
-        }
-        if (source == NULL || PyErr_Occurred()) {
-            Py_XDECREF(source);
-            if (must_propagate()) return NULL;
-            return call_slow(spec, args);
-        }
-    }
-    if (alias != Py_None) {
-        SETREF(source, PyObject_CallMethodObjArgs(x, alias, NULL));
-        if (source == NULL) {
-            if (must_propagate()) return NULL;
-            return call_slow(spec, args);
-        }
-    }
-    DLManagedTensorVersioned *managed = NULL;
-    PyObject *capsule = NULL;
-    if (pkind == EXPORT_EXCHANGE) {
-        DLPackExchangeAPI *api = PyCapsule_GetPointer(PyTuple_GetItem(producer, P_HANDLE), EXCHANGE);
-        if (api == NULL || api->header.version.major != 1 ||
-            api->managed_tensor_from_py_object_no_sync(source, &managed) != 0 || managed == NULL) {
-            Py_DECREF(source);
-            if (must_propagate()) return NULL;
-            return call_slow(spec, args);
-        }
-        if (!want_versioned) { /* a consumer of legacy capsules: the same tensor as one */
-            if (managed->version.major != 1 || (managed->flags & FLAG_READ_ONLY)) { /* legacy cannot say so */
-                free_managed(managed);
-                Py_DECREF(source);
-                return call_slow(spec, args);
-            }
-            capsule = legacy_capsule(managed);
-            managed = NULL;
-            if (capsule == NULL) {
-                Py_DECREF(source);
-                return NULL;
-            }
-        }
-    } else {
-        if (pkind == EXPORT_FUNCTION) {
-            capsule = PyObject_CallFunctionObjArgs(PyTuple_GetItem(producer, P_HANDLE), source, NULL);
-        } else {
-            PyObject *method = PyObject_GetAttr(source, g_dunder);
-            int ask_versioned = want_versioned && pkind != EXPORT_METHOD_LEGACY; /* a producer before DLPack 1.0 */
-            capsule = method ? PyObject_Call(method, g_empty, ask_versioned ? g_versioned_kw : NULL) : NULL;
-            Py_XDECREF(method);
-        }
-        if (capsule == NULL || !PyCapsule_CheckExact(capsule)) {
-            Py_DECREF(source);
-            Py_XDECREF(capsule);
-            if (must_propagate()) return NULL;
-            return call_slow(spec, args);
-        }
-    }
-    Py_DECREF(source);
-
-    /* Probe: CPU device 0, a plain layout, flags; then the route for (consumer, dtype, fallback). */
-    int versioned = 1;
-    uint64_t flags_value = 0, *flags = NULL;
-    DLTensor *t;
-    if (managed != NULL) {
-        t = managed->version.major == 1 ? &managed->dl_tensor : NULL;
-        flags = &managed->flags;
-    } else {
-        t = capsule_tensor(capsule, &versioned, &flags);
-    }
-    if (flags != NULL) flags_value = *flags;
-    if (t != NULL && forced >= 0) { /* our own export of x.view(d): its capsule gets x's dtype */
-        t->dtype.code = (uint8_t)(forced & 0xFF);
-        t->dtype.bits = (uint8_t)((forced >> 8) & 0xFF);
-        t->dtype.lanes = (uint16_t)((forced >> 16) & 0xFFFF);
-    }
-    PyObject *route = NULL;
-    if (t == NULL || t->device.device_type != 1 || t->device.device_id != 0 || !plain_layout(t) ||
-        (versioned && !want_versioned) ||
-        ((flags_value & FLAG_READ_ONLY) && PyList_GetItem(spec, T_READONLY_OK) != Py_True) ||
-        (t->byte_offset && PyList_GetItem(spec, T_OFFSET_OK) != Py_True))
-        goto decline;
-    long align = PyLong_AsLong(PyList_GetItem(spec, T_ALIGN));
-    uint64_t size = 1;
-    for (int i = 0; i < t->ndim; i++) size *= (uint64_t)t->shape[i];
-    if (align > 1 && size && ((uintptr_t)t->data + t->byte_offset) % (uint64_t)align) goto decline;
-    long long triple = (long long)t->dtype.code | ((long long)t->dtype.bits << 8) | ((long long)t->dtype.lanes << 16);
-    route = route_for(spec, triple | ((long long)fb << 32));
-    if (route == NULL) goto fail;
-    if (route == Py_None) goto decline;
-
-    /* Relabel (reinterpret routes), import, finish. */
-    long long wire = PyLong_AsLongLong(PyTuple_GetItem(route, 0));
-    PyObject *finish = PyTuple_GetItem(route, 1);
-    DLDataType saved = t->dtype;
-    if (wire != triple) {
-        t->dtype.code = (uint8_t)(wire & 0xFF);
-        t->dtype.bits = (uint8_t)((wire >> 8) & 0xFF);
-        t->dtype.lanes = (uint16_t)((wire >> 16) & 0xFFFF);
-    }
-    PyObject *result = NULL;
-    if (tkind == IMPORT_EXCHANGE && versioned) {
-        DLPackExchangeAPI *api = PyCapsule_GetPointer(PyList_GetItem(spec, T_API), EXCHANGE);
-        if (api == NULL || api->header.version.major != 1) {
-            PyErr_Clear();
-            t->dtype = saved;
-            goto decline;
-        }
-        DLManagedTensorVersioned *taken = managed;
-        if (taken == NULL) taken = PyCapsule_GetPointer(capsule, VERSIONED);
-        void *out = NULL;
-        /* The consumer owns the tensor from here on, also if it fails (never freed twice). */
-        if (capsule != NULL) PyCapsule_SetName(capsule, USED_VERSIONED);
-        managed = NULL;
-        if (taken == NULL || api->managed_tensor_to_py_object_no_sync(taken, &out) != 0 || out == NULL) {
-            Py_XDECREF(capsule);
-            Py_DECREF(route);
-            if (must_propagate()) return NULL;
-            return call_slow(spec, args);
-        }
-        result = out;
-    } else {
-        if (managed != NULL) { /* an exchange export for a consumer that takes capsules */
-            capsule = PyCapsule_New(managed, VERSIONED, managed_capsule_destructor);
-            if (capsule == NULL) {
-                free_managed(managed);
-                Py_DECREF(route);
-                return NULL;
-            }
-            managed = NULL;
-        }
-        PyObject *importer = PyList_GetItem(spec, T_IMPORT);
-        if (tkind == IMPORT_CARRIER) {
-            PyObject *carrier = make_carrier(capsule, g_cpu);
-            result = carrier ? PyObject_CallFunctionObjArgs(importer, carrier, NULL) : NULL;
-            Py_XDECREF(carrier);
-        } else {
-            result = PyObject_CallFunctionObjArgs(importer, capsule, NULL);
-        }
-        if (result == NULL) {
-            const char *name = PyCapsule_GetName(capsule);
-            if (name != NULL && (strcmp(name, VERSIONED) == 0 || strcmp(name, LEGACY) == 0)) {
-                t->dtype = saved; /* not consumed: left as it came */
-            }
-            PyErr_Clear();
-            Py_DECREF(capsule);
-            Py_DECREF(route);
-            return call_slow(spec, args);
-        }
-    }
-    Py_XDECREF(capsule);
-    if (finish != Py_None) SETREF(result, PyObject_CallFunctionObjArgs(finish, result, NULL));
-    Py_DECREF(route);
+    Call c;
+    memset(&c, 0, sizeof c);
+    c.args = args;
+    int step = replay(&c);
+    PyObject *result = step == STEP_OK ? c.result : NULL;
+    if (step != STEP_OK) Py_XDECREF(c.result);
+    free_managed(c.managed);
+    Py_XDECREF(c.capsule);
+    Py_XDECREF(c.route);
+    Py_XDECREF(c.producer);
+    Py_XDECREF(c.state);
+    if (step == STEP_DECLINE) result = call_slow(args);
     return result;
-
-decline:
-    Py_XDECREF(route);
-    free_managed(managed);
-    Py_XDECREF(capsule);
-    return call_slow(spec, args);
-fail:
-    free_managed(managed);
-    Py_XDECREF(capsule);
-    return NULL;
 }

@@ -1,0 +1,341 @@
+"""Re-entrancy: code that runs in the middle of a fast-route conversion and re-enters dlbridge.
+
+A conversion calls back into Python at several points: torch's guards under a ``TorchFunctionMode``,
+a producer's Python ``__dlpack__`` (JAX), the consumer's import (JAX), a capability row that varies at
+run time (JAX's x64 flag), the fallback policy. Code running there can import modules and convert
+other arrays, which makes dlbridge learn again: it rebinds the producer entries and the consumer specs
+the route reads. Each test below does exactly that, at one point of the call, and then fills the
+memory the old entries held with look-alike objects that lack the guards (so a stale pointer reads a
+producer entry without them). The outer conversion must still give the right values: conjugated,
+negated, refused while autograd is on. Each runs in a child pytest (``isolated``): a crash fails
+one test. The last one does the same from a second thread, with no hooks at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import dlbridge
+from dlbridge import _route
+from tests.conftest import need
+
+pytestmark = pytest.mark.isolated
+
+_junk: list[Any] = []  # kept alive: look-alike entries that reuse freed memory
+_count = [0]
+
+
+def _relearn() -> None:
+    """What code inside a conversion may do: import a module, then convert arrays of every type
+    through the pipeline (each makes the route learn its producer again), and flip JAX's x64 flag
+    (the consumer spec of JAX is prepared again twice). Then allocate look-alike tuples."""
+    torch, jax = need("torch"), need("jax")
+    _count[0] += 1
+    name = f"_dlbridge_reentry_{_count[0]}"
+    sys.modules[name] = types.ModuleType(name)
+    t = torch.arange(4, dtype=torch.float32)
+    n = np.arange(4, dtype=np.float32)
+    j = jax.numpy.arange(4, dtype=jax.numpy.float32)
+    for x in (t, n, j):
+        for to in ("numpy", "torch", "jax"):
+            dlbridge.convert(x, to, copy=True)
+    x64 = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", not x64)
+    dlbridge.to_jax(n, copy=True)
+    jax.config.update("jax_enable_x64", x64)
+    dlbridge.to_jax(n, copy=True)
+    # A freed 5-tuple goes to CPython's freelist and is handed to the next 5-tuple: this one is the
+    # torch producer entry with its guards removed (kind, handle, guards, alias, relabels).
+    api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    for size in range(1, 9):
+        _junk.extend((1, api, (), "detach", None, None, None, None)[:size] for _ in range(64))
+    _junk.extend(lambda x: x for _ in range(64))
+
+
+@contextlib.contextmanager
+def _reentering_at(names: set[str]) -> Iterator[list[str]]:
+    """Re-enter dlbridge once at the first call of each Python function in ``names``, wherever it is
+    called from (C included: a profile hook sees it). Yields the names it re-entered at."""
+    hit: list[str] = []
+
+    def hook(frame: types.FrameType, event: str, arg: Any) -> None:
+        name = frame.f_code.co_name
+        if event == "call" and name in names and name not in hit:
+            hit.append(name)
+            sys.setprofile(None)  # no re-entry inside the re-entry
+            try:
+                _relearn()
+            finally:
+                sys.setprofile(hook)
+
+    sys.setprofile(hook)
+    try:
+        yield hit
+    finally:
+        sys.setprofile(None)
+
+
+def _warm(call: Callable[[], Any]) -> None:
+    for _ in range(3):
+        call()
+
+
+def _conj(torch: Any) -> Any:
+    return (torch.arange(1, 7, dtype=torch.float32) * (1 + 2j)).to(torch.complex64).conj()
+
+
+def _expected_conj() -> np.ndarray:
+    return (np.arange(1, 7, dtype=np.float32) * (1 - 2j)).astype(np.complex64)
+
+
+def _host(x: Any) -> np.ndarray:
+    return np.asarray(x.resolve_conj().resolve_neg() if hasattr(x, "resolve_conj") else x)
+
+
+# --- a TorchFunctionMode: every torch call the route makes (guards, detach) reaches Python ----------
+
+
+def _mode(torch: Any, every: bool = False) -> Any:
+    from torch.overrides import TorchFunctionMode
+
+    class Reenter(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.calls += 1
+            if every or self.calls == 1:
+                _relearn()
+            return func(*args, **(kwargs or {}))
+
+    return Reenter()
+
+
+@pytest.mark.parametrize("to", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("every", [False, True], ids=["first-call", "every-call"])
+def test_torch_function_mode_reenters(to: str, every: bool) -> None:
+    torch = need("torch")
+    need("jax")
+    convert = getattr(dlbridge, f"to_{to}")
+    x = _conj(torch)
+    _warm(lambda: convert(torch.arange(6, dtype=torch.float32).to(torch.complex64)))
+    for _ in range(3):
+        with _mode(torch, every) as mode:
+            out = convert(x)
+        assert mode.calls > 0  # the mode saw the conversion
+        np.testing.assert_array_equal(_host(out), _expected_conj())
+
+
+def test_torch_function_mode_keeps_the_negative_bit_and_autograd() -> None:
+    torch = need("torch")
+    neg = (torch.arange(1, 7, dtype=torch.float32) * (1 + 2j)).to(torch.complex64).conj().imag
+    assert neg.is_neg()
+    grad = torch.arange(4, dtype=torch.float32).requires_grad_()
+    _warm(lambda: dlbridge.to_numpy(torch.arange(6, dtype=torch.float32)))
+    with _mode(torch, every=True):
+        out = dlbridge.to_numpy(neg)
+        with pytest.raises(dlbridge.ProducerError, match="detach"):
+            dlbridge.to_numpy(grad)
+    np.testing.assert_array_equal(out, -np.arange(2, 14, 2, dtype=np.float32))
+
+
+# --- Python functions the route calls: a profile hook re-enters there ---------------------------------
+
+# JAX arrays export through a Python __dlpack__; JAX imports in Python; its capability row is read
+# on every call (x64); fallback_policy makes the route ask get_default_fallback().
+_POINTS = {"__dlpack__", "capabilities", "from_dlpack", "_from_dlpack", "get_default_fallback", "_decide_into", "slow"}
+
+
+@pytest.mark.parametrize("source", ["torch", "jax", "numpy"])
+@pytest.mark.parametrize("to", ["numpy", "torch", "jax"])
+def test_python_callbacks_reenter(source: str, to: str) -> None:
+    torch, jax = need("torch"), need("jax")
+    convert = getattr(dlbridge, f"to_{to}")
+    values = np.arange(1, 7, dtype=np.float32)
+    make = {
+        "torch": lambda: torch.from_numpy(values.copy()),
+        "jax": lambda: jax.numpy.asarray(values),
+        "numpy": lambda: values.copy(),
+    }[source]
+    _warm(lambda: convert(make()))
+    with dlbridge.fallback_policy("raise"):  # the route now asks the policy (a Python call)
+        for _ in range(3):
+            x = make()
+            with _reentering_at(_POINTS) as hit:
+                out = convert(x)
+            np.testing.assert_array_equal(_host(out), values)
+            if source == "torch" and to != "numpy":
+                c = _conj(torch)
+                with _reentering_at(_POINTS):
+                    np.testing.assert_array_equal(_host(convert(c)), _expected_conj())
+    assert hit, "no Python callback was reached: the test re-entered nowhere"
+
+
+def test_a_decision_made_while_reentered() -> None:
+    """The first call of a (consumer, dtype) pair asks _decide_into() (Python) in the middle of the call."""
+    torch = need("torch")
+    need("jax")
+    _warm(lambda: dlbridge.to_jax(torch.arange(3, dtype=torch.float32)))
+    with _reentering_at({"_decide_into"}) as hit:
+        out = dlbridge.to_jax(torch.arange(3, dtype=torch.int16))
+    assert hit == ["_decide_into"]
+    np.testing.assert_array_equal(np.asarray(out), np.arange(3, dtype=np.int16))
+
+
+# --- threads: one converts in a loop, another makes dlbridge learn again ---------------------------
+
+
+@pytest.mark.parametrize("to", ["jax", "numpy"])
+def test_threads_relearning_while_converting(to: str) -> None:
+    torch = need("torch")
+    need("jax")
+    convert = getattr(dlbridge, f"to_{to}")
+    x = _conj(torch)
+    plain = torch.arange(6, dtype=torch.float32).to(torch.complex64)
+    _warm(lambda: convert(plain))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def relearn() -> None:
+        try:
+            while not stop.is_set():
+                _relearn()
+                del _junk[:]
+        except BaseException as err:  # reported below
+            errors.append(err)
+
+    other = threading.Thread(target=relearn)
+    other.start()
+    calls, deadline = 0, time.monotonic() + 2.0
+    try:
+        while time.monotonic() < deadline:
+            np.testing.assert_array_equal(_host(convert(x)), _expected_conj())
+            np.testing.assert_array_equal(_host(convert(plain)), np.arange(6, dtype=np.complex64))
+            calls += 1
+    finally:
+        stop.set()
+        other.join()
+    assert not errors, errors
+    assert calls > 10
+
+
+def test_the_route_is_in_use() -> None:
+    """The tests above exercise the route, not only the pipeline: warm conversions replay."""
+    torch = need("torch")
+    from tests._route_helpers import counting_declines
+
+    t = torch.arange(6, dtype=torch.float32)
+    dlbridge.to_numpy(t)
+    with counting_declines() as counts:
+        for _ in range(5):
+            dlbridge.to_numpy(t)
+    assert counts["numpy"] == 0, counts
+    assert _route.SPECS["numpy"][0][_route.S_READY]
+
+
+# --- errors raised in the middle of a conversion: only Exceptions send it to the pipeline -----------
+
+
+class _Raise:
+    """Raise ``err`` at the first call of a Python function in ``names`` (a profile hook)."""
+
+    def __init__(self, names: set[str], err: BaseException) -> None:
+        self.names, self.err, self.raised = names, err, 0
+
+    def __enter__(self) -> _Raise:
+        def hook(frame: types.FrameType, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code.co_name in self.names and not self.raised:
+                self.raised += 1
+                sys.setprofile(None)
+                raise self.err
+
+        sys.setprofile(hook)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.setprofile(None)
+
+
+_ESCAPING = [KeyboardInterrupt("^C"), SystemExit(3), MemoryError("out of memory"), GeneratorExit()]
+
+
+@pytest.mark.parametrize("err", _ESCAPING, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("where", ["import", "export", "capabilities"])
+def test_interrupts_in_the_middle_propagate(where: str, err: BaseException) -> None:
+    """Ctrl-C in the consumer's import (JAX's from_dlpack, Python), in a producer's Python __dlpack__
+    (JAX) or in a capability check propagates: never cleared and retried by the pipeline."""
+    torch, jax = need("torch"), need("jax")
+    source, to, names = {
+        "import": (lambda: torch.arange(4, dtype=torch.float32), dlbridge.to_jax, {"from_dlpack", "_from_dlpack"}),
+        "export": (lambda: jax.numpy.arange(4, dtype=jax.numpy.float32), dlbridge.to_numpy, {"__dlpack__"}),
+        "capabilities": (lambda: torch.arange(4, dtype=torch.float32), dlbridge.to_jax, {"capabilities"}),
+    }[where]
+    x = source()
+    _warm(lambda: to(x))
+    for _ in range(20):  # every time, not most of the time
+        with _Raise(names, err) as raising, pytest.raises(type(err)):
+            to(x)
+        assert raising.raised == 1
+
+
+@pytest.mark.parametrize("err", _ESCAPING[:3], ids=lambda e: type(e).__name__)
+def test_interrupts_in_a_torch_guard_propagate(err: BaseException) -> None:
+    torch = need("torch")
+    from torch.overrides import TorchFunctionMode
+
+    class Interrupt(TorchFunctionMode):  # once, like a signal: a retry would not meet it again
+        raised = 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if not self.raised:
+                self.raised += 1
+                raise err
+            return func(*args, **(kwargs or {}))
+
+    t = torch.arange(4, dtype=torch.float32)
+    _warm(lambda: dlbridge.to_numpy(t))
+    for _ in range(20):
+        with Interrupt() as mode, pytest.raises(type(err)):
+            dlbridge.to_numpy(t)
+        assert mode.raised == 1
+
+
+def test_an_ordinary_error_in_the_middle_goes_to_the_pipeline() -> None:
+    """The other side of the rule: an Exception the route meets is the pipeline's to explain (here the
+    pipeline's own import succeeds, so the caller gets the result)."""
+    torch = need("torch")
+    need("jax")
+    t = torch.arange(4, dtype=torch.float32)
+    _warm(lambda: dlbridge.to_jax(t))
+    with _Raise({"from_dlpack", "_from_dlpack"}, RuntimeError("transient")) as raising:
+        out = dlbridge.to_jax(t)
+    assert raising.raised == 1
+    np.testing.assert_array_equal(np.asarray(out), np.arange(4, dtype=np.float32))
+
+
+# --- the layout both sides read ---------------------------------------------------------------------
+
+
+def test_state_and_producer_indexes_match_the_c_header() -> None:
+    import re
+    from pathlib import Path
+
+    header = (Path(__file__).resolve().parents[1] / "dlbridge" / "_csrc" / "accel.h").read_text()
+    for prefix in ("S_", "P_", "IMPORT_", "EXPORT_"):
+        for enum in re.findall(r"enum \{([^}]*)\}", header):
+            names = [n.strip() for n in enum.split(",") if n.strip()]
+            if not names[0].startswith(prefix):
+                continue
+            for i, entry in enumerate(names):
+                name, _, value = (part.strip() for part in entry.partition("="))
+                assert getattr(_route, name) == (int(value) if value else i), name
