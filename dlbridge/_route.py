@@ -107,9 +107,9 @@ def _learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
     if result is not None and type(x) is state[S_SELF] and type(result) is type(x):
         # Its own array type: the route may hand back x's own kind of alias (S_SELF_IMPORT), but only
         # for dtypes the pipeline took as they are (it refuses others: object, byte-swapped, ...).
-        dtypes = state[S_SELF_DTYPES]
-        if result.dtype == x.dtype and x.dtype not in dtypes and len(dtypes) < 256:
-            dtypes[x.dtype] = True
+        dtypes, dtype = state[S_SELF_DTYPES], x.dtype
+        if result.dtype == dtype and not any(d is dtype for d in dtypes) and len(dtypes) < 64:
+            dtypes.append(dtype)  # matched by identity (a dtype's hash is slow): its own dtype objects
     # x's type, asked again when more modules have loaded (an export may depend on them: ml_dtypes).
     cls, loaded = type(x), len(sys.modules)
     if _seen.get(cls) == loaded:
@@ -150,7 +150,7 @@ def _prepare(slow: Any, target: Adapter, caps: Capabilities) -> tuple[Any, ...]:
         S_DECIDE=partial(_decide_into, routes, target, caps),
         S_SELF=self_type,
         S_SELF_IMPORT=self_import,
-        S_SELF_DTYPES={},
+        S_SELF_DTYPES=[],
     )
 
 
@@ -216,7 +216,8 @@ def _replay(state: tuple[Any, ...], producer: tuple[Any, ...], x: Any, fallback:
         if caps_fn is not None and caps_fn() is not state[S_CAPS]:
             return _DECLINED
         if type(x) is state[S_SELF]:  # its own array: no capsule at all, for dtypes the pipeline took
-            return state[S_SELF_IMPORT](x) if x.dtype in state[S_SELF_DTYPES] else _DECLINED
+            dtype = x.dtype
+            return state[S_SELF_IMPORT](x) if any(d is dtype for d in state[S_SELF_DTYPES]) else _DECLINED
         capsule = _export(state, producer, x)
     except MemoryError:
         raise

@@ -122,9 +122,12 @@ static int self_import(Call *c) {
     PyObject *x = c->args[1];
     PyObject *dtype = PyObject_GetAttr(x, g_dtype);
     if (dtype == NULL) return settle();
-    int known = PyDict_Contains(ITEM(c, S_SELF_DTYPES), dtype);
+    PyObject *dtypes = ITEM(c, S_SELF_DTYPES); /* matched by identity, as _route.py does */
+    int known = 0;
+    for (Py_ssize_t i = 0, n = PyList_Check(dtypes) ? PyList_Size(dtypes) : 0; i < n && !known; i++)
+        known = PyList_GetItem(dtypes, i) == dtype;
     Py_DECREF(dtype);
-    if (known <= 0) return known < 0 ? settle() : STEP_DECLINE;
+    if (!known) return STEP_DECLINE;
     c->result = PyObject_CallFunctionObjArgs(ITEM(c, S_SELF_IMPORT), x, NULL);
     return c->result != NULL ? STEP_OK : settle();
 }
