@@ -92,6 +92,7 @@ class CuPyStub:
         runtime.getDeviceCount = lambda: core.STATE.device_count  # type: ignore[attr-defined]
         runtime.pointerGetAttributes = stub.pointer_get_attributes  # type: ignore[attr-defined]
         runtime.is_hip = False  # type: ignore[attr-defined]
+        runtime.getDeviceProperties = lambda i: {"name": b"Simulated GPU (not a GPU)"}  # type: ignore[attr-defined]
 
         class Device:
             """``cupy.cuda.Device``: ``Device()`` is the current device; ``with Device(i):`` switches."""
@@ -173,6 +174,7 @@ class CuPyStub:
             s.device_id = dev
             return s
 
+        Device.__module__ = "cupy.cuda.device"  # what dlbridge's parse_device recognises
         cuda.Device = Device  # type: ignore[attr-defined]
         cuda.Stream = Stream  # type: ignore[attr-defined]
         cuda.ExternalStream = ExternalStream  # type: ignore[attr-defined]
@@ -185,7 +187,9 @@ class CuPyStub:
         self.ndarray = cp.ndarray  # type: ignore[attr-defined]
         cp.from_dlpack = self.from_dlpack if self.v14 else self.from_dlpack_13  # type: ignore[attr-defined]
         cp.asarray = self.asarray  # type: ignore[attr-defined]
+        cp.ascontiguousarray = lambda a: a if a._host.flags.c_contiguous else a.copy()  # type: ignore[attr-defined]
         cp.array = self.asarray  # type: ignore[attr-defined]
+        cp.empty = self.empty  # type: ignore[attr-defined]
         cp.asnumpy = lambda a: a.get() if isinstance(a, cp.ndarray) else np.asarray(a)  # type: ignore[attr-defined]
         for name in ("bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                      "float16", "float32", "float64", "complex64", "complex128"):  # fmt: skip
@@ -209,6 +213,10 @@ class CuPyStub:
     # --- arrays --------------------------------------------------------------------------------
     def asarray(self, obj: Any, dtype: Any = None) -> Any:
         if isinstance(obj, self.ndarray):
+            # v14.2.0 core.pyx _array_from_cupy_ndarray lines 2854-2857: an array on another device
+            # is copied onto the current one; on the current device only a dtype change copies
+            if obj._device_id != core.STATE.current_device:
+                return self.ndarray._from_host(obj._host.astype(dtype or obj.dtype), core.STATE.current_device)
             return obj if dtype is None else obj.astype(dtype)
         host = np.asarray(obj, dtype=dtype)
         # v14.2.0 cupy/_core/_dtype.pyx check_supported_dtype lines 69-76: a dtype with no C type name
@@ -218,7 +226,7 @@ class CuPyStub:
         return self.ndarray._from_host(host, core.STATE.current_device)
 
     def empty(self, shape: Any, dtype: Any = np.float32, device: int | None = None, kind: str = "device") -> Any:
-        """Simulation helper (not CuPy API): a new array in ``kind`` memory on ``device``."""
+        """``cupy.empty``; ``device`` and ``kind`` ("device", "managed") are the simulation's additions."""
         return self.ndarray._alloc(tuple(np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),), np.dtype(dtype),
                                    core.STATE.current_device if device is None else device, kind)  # fmt: skip
 
@@ -428,7 +436,12 @@ def _make_ndarray_class(stub: CuPyStub) -> type:
             return out
 
         def __getitem__(self, key: Any) -> ndarray:
+            if isinstance(key, ndarray):  # fancy indexing: a new array (the kernel's output)
+                return type(self)._from_host(self._host[key._host], self._device_id)
             return self._derive(self._host[key])
+
+        def __lshift__(self, n: int) -> ndarray:  # elementwise kernels: computed on the host copy
+            return type(self)._from_host(self._host << n, self._device_id)
 
         def transpose(self, *axes: Any) -> ndarray:
             return self._derive(self._host.transpose(*axes))
@@ -560,4 +573,5 @@ def _make_ndarray_class(stub: CuPyStub) -> type:
             return core.export(owner, ptr, self.shape, strides, (code, dt.itemsize * 8, 1), (device_type, device_id),
                                versioned, flags=flags)  # fmt: skip
 
+    ndarray.__module__, ndarray.__qualname__ = "cupy", "ndarray"  # cupy._core.core.ndarray, re-exported
     return ndarray

@@ -79,6 +79,9 @@ class TorchCuda:
     def install(self, monkeypatch: Any) -> TorchCuda:
         import torch
 
+        global _real_from_dlpack
+        if _real_from_dlpack is None:
+            _real_from_dlpack = torch.utils.dlpack.from_dlpack
         cuda = torch.cuda
         sim = self
 
@@ -132,6 +135,9 @@ class TorchCuda:
         return self
 
 
+_real_from_dlpack: Any = None  # torch.utils.dlpack.from_dlpack before the harness replaced it
+
+
 def _index(device: Any) -> int:
     """torch's rule for a device argument: None / "cuda" / torch.device("cuda") = the current device."""
     import torch
@@ -158,7 +164,26 @@ def _torch_subclass() -> type:
         """A CPU tensor that says it lives on ``cuda:<index>`` (device, is_cuda, DLPack)."""
 
         _sim_index: int
-        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            # Results of ops on a CUDA tensor stay on its device; .cpu() / .to("cpu") / .numpy() leave it,
+            # .to("cuda:N") / .cuda(N) copy (on the host) to device N.
+            kwargs = kwargs or {}
+            index = next((a._sim_index for a in (*args, *kwargs.values()) if isinstance(a, cls)), 0)
+            name = getattr(func, "__name__", "")
+            if name in ("to", "cuda"):
+                moved = _moved_to(name, args[1:], kwargs)
+                if moved is not None:
+                    plain = args[0].as_subclass(torch.Tensor)
+                    if moved == "cpu":
+                        return plain.clone()
+                    return cuda_tensor(plain if moved == index and name == "to" else plain.clone(), moved)
+            with torch._C.DisableTorchFunctionSubclass():
+                out = func(*args, **kwargs)
+            if name in ("cpu", "numpy", "__dlpack__", "__dlpack_device__", "tolist", "item"):
+                return out
+            return _rewrap(out, cls, index)
 
         @property
         def device(self) -> Any:  # type: ignore[override]
@@ -219,6 +244,32 @@ def _torch_subclass() -> type:
 _SimCudaTensor: type | None = None
 
 
+def _moved_to(name: str, args: Any, kwargs: Any) -> int | str | None:
+    """Where ``.to(...)`` / ``.cuda(...)`` moves a tensor: "cpu", a CUDA ordinal, or None (no move)."""
+    import torch
+
+    if name == "cuda":
+        dev = args[0] if args else kwargs.get("device")
+        return _index(dev)
+    for a in (*args, kwargs.get("device")):
+        if isinstance(a, (str, torch.device)):
+            d = torch.device(a)
+            return "cpu" if d.type == "cpu" else _index(d)
+    return None
+
+
+def _rewrap(out: Any, cls: type, index: int) -> Any:
+    import torch
+
+    if isinstance(out, torch.Tensor) and not isinstance(out, cls):
+        out = out.as_subclass(cls)
+        out._sim_index = index  # type: ignore[attr-defined]
+        return out
+    if isinstance(out, tuple):
+        return tuple(_rewrap(o, cls, index) for o in out)
+    return out
+
+
 def cuda_tensor(cpu: Any, index: int = 0) -> Any:
     """``cpu`` (a real CPU tensor; its memory is shared) as a tensor that says ``cuda:<index>``."""
     cls = _torch_subclass()
@@ -256,16 +307,14 @@ def torch_from_dlpack(ext: Any, device: Any = None, copy: Any = None) -> Any:
 
 
 def _torch_import(capsule: Any) -> Any:
-    import torch
-
     view = core.read_capsule(capsule)
     dev_type, dev_id = view.device
     if dev_type == KDL_CPU:
-        return torch.utils.dlpack.from_dlpack(capsule)
+        return _real_from_dlpack(capsule)
     if dev_type != KDL_CUDA:
         raise BufferError(f"Unsupported device_type: {dev_type}")
     core.relabel(capsule, (KDL_CPU, 0))
-    return cuda_tensor(torch.utils.dlpack.from_dlpack(capsule), dev_id)
+    return cuda_tensor(_real_from_dlpack(capsule), dev_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,7 +324,7 @@ class SimJaxDevice:
     """A JAX GPU device: ``id`` (JAX's global id) and ``local_hardware_id`` (the CUDA ordinal) may differ."""
 
     platform = "gpu"
-    device_kind = "Simulated GPU"
+    device_kind = "Simulated GPU (not a GPU)"
 
     def __init__(self, gpu: JaxGpu, id: int, local_hardware_id: int) -> None:
         self.gpu = gpu
@@ -294,6 +343,9 @@ class SimJaxDevice:
 
     def __repr__(self) -> str:
         return f"CudaDevice(id={self.id})"
+
+
+SimJaxDevice.__module__ = "jaxlib._jax"  # where jaxlib's Device class lives (dlbridge's parse_device checks)
 
 
 class JaxGpu:
@@ -361,13 +413,13 @@ class JaxGpu:
     def from_dlpack(self, external_array: Any, device: Any = None, copy: Any = None) -> Any:
         """JAX 0.10.2 ``jax/_src/dlpack.py`` ``from_dlpack`` lines 240-280 for CUDA producers; the
         capsule is then relabelled to CPU and imported by the real (CPU) JAX."""
-        import jax
-
         if not hasattr(external_array, "__dlpack__") or not hasattr(external_array, "__dlpack_device__"):
             raise TypeError("The array passed to from_dlpack must have __dlpack__ and __dlpack_device__ methods.")
         dl_device_type, device_id = external_array.__dlpack_device__()
+        from jax._src import dlpack as real  # the real CPU importer (jax.dlpack.from_dlpack may be this one)
+
         if dl_device_type == KDL_CPU:
-            return jax.dlpack.from_dlpack(external_array, device=device, copy=copy)
+            return real.from_dlpack(external_array, device=device, copy=copy)
         if dl_device_type not in (KDL_CUDA, KDL_CUDA_HOST):
             raise TypeError(
                 "Array passed to from_dlpack is on unsupported device type "
@@ -382,7 +434,7 @@ class JaxGpu:
             # jaxlib DLPackManagedTensorToBuffer: only a legacy, unconsumed "dltensor" capsule
             raise ValueError("DLPack tensor is consumed or is not a 'dltensor' capsule.")
         core.relabel(capsule, (KDL_CPU, 0))
-        result = jax.dlpack.from_dlpack(_Capsule(capsule), copy=copy)
+        result = real.from_dlpack(_Capsule(capsule), copy=copy)
         self.claims[id(result)] = (result, dlpack_device)
         return result
 
