@@ -62,7 +62,7 @@ class Row(NamedTuple):
     dtypes: frozenset[str]
     since: str | None  # first version with it (inclusive); None = always
     until: str | None  # first version without it (exclusive); None = still
-    requires: str | None  # a module that must be installed, optionally ">=version" (e.g. "ml_dtypes>=0.5")
+    requires: str | None  # modules that must be installed, optionally ">=version", comma-separated (all of them)
     source: str
 
 
@@ -75,6 +75,9 @@ def _r(consumer: str, what: str, dtypes: Iterable[str] = (), since: str | None =
 # the other float8 kinds and bfloat16 are in every ml_dtypes dlbridge supports (>= 0.4).
 _NEW_FP8 = frozenset({"float8_e3m4", "float8_e4m3", "float8_e8m0fnu"})
 _ML_DTYPES_05 = "ml_dtypes>=0.5"
+_CUPY_BF16 = "ml_dtypes,numpy>=2.1.2"  # every one of them (comma: all of)
+# dtypes only ml_dtypes gives NumPy (a CuPy array can be viewed as any of them)
+_ML_ONLY = FLOAT8 | {"bfloat16", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"}
 
 TABLE: tuple[Row, ...] = (
     # --- torch -------------------------------------------------------------------------
@@ -132,10 +135,34 @@ TABLE: tuple[Row, ...] = (
         "imports",
         {"bfloat16"},
         "14.0",
-        requires="ml_dtypes",
-        source="cupy PR #9670 (bf16 via ml_dtypes, CuPy 14)",
+        requires=_CUPY_BF16,
+        source="cupy PR #9670 (bf16 via ml_dtypes, CuPy 14); cupy v14.2.0 cupy/_core/dlpack.pyx lines 22-29: "
+        "ml_dtypes' bfloat16 only with NumPy >= 2.1.2, else NotImplementedError on import (lines 480-486)",
     ),
-    _r("cupy", "holds", {"bfloat16"}, "14.0", requires="ml_dtypes", source="cupy PR #9670"),
+    _r(
+        "cupy",
+        "holds",
+        {"bfloat16"},
+        "14.0",
+        requires=_CUPY_BF16,
+        source="cupy PR #9670; cupy v14.2.0 cupy/_core/_util.pyx and dlpack.pyx lines 22-29 (NumPy >= 2.1.2)",
+    ),
+    _r(
+        "cupy",
+        "cannot_export",
+        _ML_ONLY - {"bfloat16"},
+        source="cupy v14.2.0 cupy/_core/core.pyx ndarray.view lines 926-990 (check_support=False: any ml_dtypes "
+        "dtype) and cupy/_core/dlpack.pyx get_dlpack_dtype_code_itemsize lines 75-97 ('dtype is not supported "
+        "for dlpack export' for every kind 'V' dtype but bfloat16); v13.x toDlpack: ValueError/BufferError",
+    ),
+    _r(
+        "cupy",
+        "cannot_export",
+        {"bfloat16"},
+        until="14.0",
+        source="cupy v13.3.0 cupy/_core/dlpack.pyx toDlpack line 146 ('Unknown dtype'); v13.6.0 line 80 "
+        "(BufferError): bfloat16 export by name only since CuPy 14 (v14.0.0 dlpack.pyx line 92)",
+    ),
     _r(
         "cupy",
         "crashes_on_reject",
@@ -427,7 +454,10 @@ def installed_version(module: str) -> str | None:
 
 @cache
 def satisfied(requirement: str) -> bool:
-    """Whether a ``requires`` entry holds here: "ml_dtypes" or "ml_dtypes>=0.5"."""
+    """Whether a ``requires`` entry holds here: "ml_dtypes", "ml_dtypes>=0.5", or several of them
+    separated by commas (all must hold: "ml_dtypes,numpy>=2.1.2")."""
+    if "," in requirement:
+        return all(satisfied(part.strip()) for part in requirement.split(","))
     module, _, minimum = requirement.partition(">=")
     if not _importable(module):
         return False
@@ -462,10 +492,11 @@ def missing_requirements(consumer: str, version: str, dtype: str) -> list[str]:
     v = parse_version(version)
     return sorted(
         {
-            r.requires
+            part.strip()
             for r in TABLE
             if r.consumer == consumer and r.what in ("imports", "holds") and dtype in r.dtypes and r.requires
             and not satisfied(r.requires) and _applies(r._replace(requires=None), v)
+            for part in r.requires.split(",") if not satisfied(part.strip())
         }
     )  # fmt: skip
 

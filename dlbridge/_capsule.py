@@ -470,6 +470,33 @@ class Carrier:
         return self._device
 
 
+class DeferredCarrier:
+    """Hands a consumer that asks the producer for a stream itself (JAX) an object whose
+    ``__dlpack__(stream=S)`` makes the export then, with the consumer's own ``S``: one export, and
+    the producer waits on the stream the consumer reads on. (Asking the consumer for a stream first
+    and letting it ask again would not do for JAX: XLA hands out its external-ready-event streams
+    round-robin, openxla/xla ``xla/pjrt/local_device_state.cc``
+    ``LocalDeviceState::GetExternalReadyEventStream``, so the second answer is another stream.)
+    ``export(stream)`` returns the capsule; single use, like a capsule."""
+
+    __slots__ = ("_device", "_export")
+
+    def __init__(self, export: Callable[[Any], Any], device: tuple[int, int]) -> None:
+        self._export: Callable[[Any], Any] | None = export
+        self._device = device
+
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
+        export, self._export = self._export, None
+        if export is None:
+            raise CapsuleError("this capsule was already handed to a consumer")
+        return export(stream)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._device
+
+
 # --- the fast route's pieces (see _route.py; dlbridge/_csrc/ has the compiled forms) --------------------
 
 _Probe = tuple[bool, int, int, int, int, int, int, int, int, int, int, tuple[int, ...], "tuple[int, ...] | None", int]

@@ -29,6 +29,7 @@ from ._capsule import (
     DEVICE_ALIASES,
     GPU_CODES,
     CapsuleType,
+    DeferredCarrier,
     DLPackInfo,
     alias_device,
     c_strides,
@@ -119,9 +120,11 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         dst_dev = target.home_device  # copy=True: the target's home device
     if dst_dev != home or home[0] not in target.device_codes:
         if dst_dev[0] != 1 or home[0] != 1 or 1 not in target.device_codes:
-            return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy)
+            return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy, stream)
         home = host_device(target, dst_dev, device)  # JAX's CPU device N: the same memory, labelled N
     caps = target.capabilities()
+    if stream is None and target.asks_producer_stream and src_dev[0] in GPU_CODES:
+        return _deferred(x, source, target, caps, fallback, dtype, copy, src_dev, home)
     try:  # (free unless raised) AsIs: the target gets x itself, e.g. torch -> torch keeping autograd
         if src_dev[0] in GPU_CODES:
             wire_stream = _gpu_stream(stream, source, target, src_dev)
@@ -146,21 +149,73 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         relabel_device(capsule, home)  # our own export: relabelled as the memory the target can use
         info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
     if _needs_layout_copy(info, caps):
-        if copy is False:
-            raise LayoutError(_layout_message(info, caps, target, ", which copy=False forbids. Pass copy=None."))
         del capsule  # unconsumed: the producer's destructor frees it
-        # Decide the dtype first: an unsupported one raises before any copy is made, and the dense
-        # copy (a new object, which a view's memory does not follow) is told what the data is.
-        plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
-        dense, relabelled = _dense_source(x, source, info, target)
-        if dtype is None:
-            dtype = relabelled
-        # A dense array at another address is already the copy copy=True asks for, and the target
-        # may copy it once more (JAX, misaligned) without harm: copy=None. At the same address
-        # (only re-exported, e.g. NumPy dropping a byte_offset) the caller's copy= still applies.
-        moved = info.size and adapter_for(dense).data_ptr(dense) != info.data_ptr  # type: ignore[union-attr]
-        return _convert(dense, target, fallback, dtype, None, None if moved else copy, stream)
+        return _layout_copy(x, source, info, target, caps, fallback, dtype, copy, stream)
     return _import(capsule, info, target, caps, fallback, dtype, copy)
+
+
+def _layout_copy(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter, caps: Capabilities,
+                 fallback: Fallback, dtype: Any, copy: bool | None, stream: int | None) -> Any:  # fmt: skip
+    """``x`` (described by ``info``) converted through a dense copy, the layout ``target`` needs."""
+    if copy is False:
+        raise LayoutError(_layout_message(info, caps, target, ", which copy=False forbids. Pass copy=None."))
+    # Decide the dtype first: an unsupported one raises before any copy is made, and the dense
+    # copy (a new object, which a view's memory does not follow) is told what the data is.
+    plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
+    dense, relabelled = _dense_source(x, source, info, target)
+    if dtype is None:
+        dtype = relabelled
+    # A dense array at another address is already the copy copy=True asks for, and the target
+    # may copy it once more (JAX, misaligned) without harm: copy=None. At the same address
+    # (only re-exported, e.g. NumPy dropping a byte_offset) the caller's copy= still applies.
+    moved = info.size and adapter_for(dense).data_ptr(dense) != info.data_ptr  # type: ignore[union-attr]
+    return _convert(dense, target, fallback, dtype, None, None if moved else copy, stream)
+
+
+class _NeedsDense(Exception):  # a signal from inside a consumer's from_dlpack, caught in _deferred
+    pass
+
+
+def _deferred(x: Any, source: Adapter | None, target: Adapter, caps: Capabilities, fallback: Fallback,
+              dtype: Any, copy: bool | None, src_dev: tuple[int, int], home: tuple[int, int]) -> Any:  # fmt: skip
+    """A GPU source handed to a consumer that asks the producer for a stream itself (JAX): the
+    consumer gets a ``DeferredCarrier``, and the export, with every check of the pipeline, happens
+    when it calls ``__dlpack__(stream=S)``, with its own ``S`` (one export, the right stream)."""
+    state: dict[str, Any] = {}
+
+    def export(stream: Any) -> Any:
+        with source.on_device(src_dev) if source is not None else nullcontext():
+            capsule = _export(x, source, stream, MAX_VERSION if caps.versioned_capsules else None, copy, target, dtype)
+        info = read(capsule, source.name if source is not None else producer_name(x))
+        if info.device_code != home[0] or info.device_id != home[1]:
+            check_device(info, src_dev)
+            relabel_device(capsule, home)
+            info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
+        state["info"] = info
+        if _needs_layout_copy(info, caps):
+            raise _NeedsDense
+        state["plan"] = _ready(capsule, info, target, caps, fallback, dtype, copy)[0]
+        return capsule
+
+    try:
+        result = target._from_dlpack(DeferredCarrier(export, home))
+    except AsIs as kept:
+        return kept.value
+    except _NeedsDense:
+        return _layout_copy(x, source, state["info"], target, caps, fallback, dtype, copy, None)
+    except DLBridgeError:
+        raise
+    except Exception as err:
+        info = state.get("info")
+        if info is None:  # the consumer failed before it asked for the capsule: it cannot use the device
+            raise DeviceMismatchError(
+                f"to_{target.name}(): the source says it is on {device_name(src_dev[0])}:{src_dev[1]}, which "
+                f"{target.name} cannot use in this process ({type(err).__name__}: {err})"
+            ) from err
+        raise CapsuleError(
+            f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()}: {type(err).__name__}: {err}"
+        ) from err
+    return _imported(result, state["info"], state["plan"], target, caps, copy)
 
 
 def _gpu_stream(stream: int | None, source: Adapter | None, target: Adapter, device: tuple[int, int]) -> int | None:
@@ -206,6 +261,24 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
 
 def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback,
             dtype: Any, copy: bool | None, device_to: tuple[int, int] | None = None) -> Any:  # fmt: skip
+    plan, saved = _ready(capsule, info, target, caps, fallback, dtype, copy, device_to)
+    try:
+        result = target.import_capsule(capsule, info.device, caps)
+    except BaseException as err:
+        if saved is not None:
+            restore(capsule, saved)
+        if not isinstance(err, Exception):  # KeyboardInterrupt ...
+            raise
+        raise CapsuleError(
+            f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "
+            f"as {plan.wire}: {type(err).__name__}: {err}"
+        ) from err
+    return _imported(result, info, plan, target, caps, copy)
+
+
+def _ready(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback, dtype: Any,
+           copy: bool | None, device_to: tuple[int, int] | None = None) -> tuple[Plan, Any]:  # fmt: skip
+    """Every check that can refuse, then the capsule's edits: (the plan, what ``restore`` undoes)."""
     if dtype is None and info.code != 1 and info.dtype in caps.imports:
         plan = native_plan(info.dtype)  # the common case, without building plan_for's message prefix
     else:
@@ -239,17 +312,12 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
     saved = rewrite(capsule, wire, device_to, writable) if wire is not None or device_to or writable else None
     if caps.row_major_only and info.strides is not None and info.strides != c_strides(info.shape):
         set_c_strides(capsule, info.shape)  # C order up to size-1 dimensions, said literally
-    try:
-        result = target.import_capsule(capsule, info.device, caps)
-    except BaseException as err:
-        if saved is not None:
-            restore(capsule, saved)
-        if not isinstance(err, Exception):  # KeyboardInterrupt ...
-            raise
-        raise CapsuleError(
-            f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "
-            f"as {plan.wire}: {type(err).__name__}: {err}"
-        ) from err
+    return plan, saved
+
+
+def _imported(result: Any, info: DLPackInfo, plan: Plan, target: Adapter, caps: Capabilities,
+              copy: bool | None) -> Any:  # fmt: skip
+    """What the consumer imported, made writable, checked for a copy, and finished (``plan``)."""
     if caps.readonly_imports and not info.readonly:
         # NumPy < 2.2 makes every import read-only; NumPy 2.2+ only READ_ONLY capsules (and legacy
         # ones, which cannot say): a versioned capsule, or a known mutable producer, comes back writable.
@@ -406,8 +474,13 @@ def _export_copy(x: Any, source: Adapter | None, stream: int | None, max_version
 
 def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
                   dst_dev: tuple[int, int], fallback: Fallback, dtype: Any, device: Any,
-                  copy: bool | None) -> Any:  # fmt: skip
+                  copy: bool | None, stream: int | None = None) -> Any:  # fmt: skip
     target.check_installed()  # "install cupy" comes before "pass device=" (cached; imports nothing)
+    # The caller's stream= is the stream the target reads on (on the destination device): the copy's
+    # handoff is synchronised with it. Off the GPU only stream=None is valid.
+    if stream is not None and dst_dev[0] not in GPU_CODES:
+        raise OptionError(f"stream={stream!r} on {device_name(dst_dev[0])}: only stream=None is valid off the GPU")
+    wire = stream if dst_dev[0] in GPU_CODES else None
     real = device_of(x, source)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
     here = f"{device_name(real[0])}:{real[1]}"
     there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
@@ -434,7 +507,7 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
                 f"{type(err).__name__}: {err}"
             ) from err
         # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
-        return _convert(moved, target, fallback, dtype, dst_dev if dst_dev[0] == 1 else None, None, None)
+        return _convert(moved, target, fallback, dtype, dst_dev if dst_dev[0] == 1 else None, None, wire)
     if src_dev[0] == 1:
         # CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
         # array), labels them with the dtype it imports (plan.wire), and the plan is applied there.
@@ -445,7 +518,7 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
             if 1 in target.device_codes:
                 moved = target.to_device(_convert(host, target, "raise", plan.wire, None, writable, None), dst_dev)
             else:
-                moved = _convert(target.from_host(host, dst_dev), target, "raise", plan.wire, None, None, None)
+                moved = _convert(target.from_host(host, dst_dev), target, "raise", plan.wire, None, None, wire)
         except DLBridgeError:
             raise
         except Exception as err:  # e.g. a CPU-only build asked for CUDA

@@ -30,8 +30,12 @@ def check_device(info: DLPackInfo, claimed: tuple[int, int]) -> DLPackInfo:
     # the alias of the claimed device describes the same memory. Any CPU id is the host: JAX writes
     # its CPU device's number into the capsule but says (1, 0) in __dlpack_device__ (probe
     # 2026-11-23, jax 0.10.2 with --xla_force_host_platform_device_count=4).
+    # CuPy < 13.4 writes device id 0 into every managed-memory capsule ("make it accessible on CPU
+    # too", cupy v13.3.0 cupy/_core/dlpack.pyx toDlpack line 127) while __dlpack_device__ says the
+    # array's device (core.pyx lines 331-343): managed memory is the claimed device's all the same.
+    managed_zero = info.device == (13, 0) and claimed[0] == 13
     alias = alias_device(claimed)
-    if info.device != claimed and info.device != alias and not info.device_code == 1 == alias[0]:
+    if info.device != claimed and info.device != alias and not info.device_code == 1 == alias[0] and not managed_zero:
         raise CapsuleError(
             f"{info.producer}.__dlpack__ returned a capsule on {info.device_type}:{info.device_id} but "
             f"__dlpack_device__ said {device_name(claimed[0])}:{claimed[1]}"

@@ -42,7 +42,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not IN_CHILD or not path:
         return
     entry = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome}
-    if report.skipped and isinstance(report.longrepr, tuple):
+    if report.skipped and hasattr(report, "wasxfail"):  # an expected failure: xfail again in the parent
+        entry["xfail"] = str(report.wasxfail) or "expected to fail"
+    elif report.skipped and isinstance(report.longrepr, tuple):
         entry["text"] = str(report.longrepr[2])
     elif report.failed:
         entry["text"] = report.longreprtext
@@ -71,6 +73,8 @@ def _report(outcome: Outcome) -> None:
             continue
         if phase["outcome"] == "failed":
             pytest.fail(f"in the child ({when}):\n{phase.get('text', '')}", pytrace=False)
+        if phase["outcome"] == "skipped" and "xfail" in phase:
+            pytest.xfail(phase["xfail"])
         if phase["outcome"] == "skipped":
             pytest.skip(phase.get("text", "skipped in the child"))
 

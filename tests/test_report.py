@@ -66,7 +66,9 @@ def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
     if "numpy" not in CPU_FRAMEWORKS:
         pytest.skip("numpy is not installed")
     tmp = tmp_path_factory.mktemp("report")
-    rc, md, data, _ = _run(tmp, "--frameworks", ",".join(CPU_FRAMEWORKS), "--dtypes", ",".join(DTYPES), "--jobs", "2")
+    # --devices cpu: on a GPU machine the CUDA cells would double every cell lookup below
+    rc, md, data, _ = _run(tmp, "--frameworks", ",".join(CPU_FRAMEWORKS), "--dtypes", ",".join(DTYPES), "--jobs", "2",
+                           "--devices", "cpu")  # fmt: skip
     return rc, md, data
 
 
@@ -185,7 +187,7 @@ def test_crash_is_recorded_and_the_next_attempt_runs(tmp_path, monkeypatch):
                                    "numpy:cpu>numpy:bool:native=hang"})  # fmt: skip
     start = time.monotonic()
     rc, md, data, _ = _run(tmp_path, "--frameworks", "numpy", "--dtypes", "float32,bfloat16,bool,uint16",
-                           "--jobs", "1", "--timeout", "3", "--strict")  # fmt: skip
+                           "--jobs", "1", "--timeout", "3", "--strict", "--devices", "cpu")  # fmt: skip
     assert time.monotonic() - start < 30
     bf16 = _cell(data, "numpy", "numpy", "bfloat16")
     assert (bf16["native"], bf16["native_error"]) == ("crash", "SIGABRT")
@@ -207,7 +209,9 @@ def test_crash_is_recorded_and_the_next_attempt_runs(tmp_path, monkeypatch):
 
 
 def test_strict_passes_when_the_table_matches(tmp_path):
-    rc, _, data, _ = _run(tmp_path, "--frameworks", "numpy", "--dtypes", "float32,bfloat16", "--strict")
+    rc, _, data, _ = _run(
+        tmp_path, "--frameworks", "numpy", "--dtypes", "float32,bfloat16", "--strict", "--devices", "cpu"
+    )
     assert rc == 0 and data["table_disagrees"] == []
 
 

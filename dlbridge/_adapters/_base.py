@@ -96,6 +96,9 @@ class Adapter:
     # Whether, as a consumer, it reads on the stream the producer was told (False: it imports on a
     # stream of its own choosing, so a caller's stream= cannot be honoured).
     honours_stream: ClassVar[bool] = True
+    # Whether, as a consumer, its from_dlpack asks the producer for a stream of its own choosing
+    # (JAX): the pipeline then hands it a DeferredCarrier that exports with that stream.
+    asks_producer_stream: ClassVar[bool] = False
     # Whether its arrays may be written (JAX's may not): decides whether NumPy < 2.2, which makes
     # every import read-only, gets this producer's memory back writable, as NumPy 2.2+ would.
     mutable_arrays: ClassVar[bool] = True

@@ -3,7 +3,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from ._base import Adapter, raw_bits
+from .._errors import UnsupportedDtypeError
+from ._base import Adapter, export_capsule, raw_bits
 from ._numpy import numpy_dtype
 
 
@@ -18,6 +19,18 @@ class CupyAdapter(Adapter):
     distributions = ("cupy",)
     extra = "cupy"
     producer_devices = ("cuda",)
+
+    def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+        # CuPy views any NumPy dtype (float8 from ml_dtypes included) but exports only its own and
+        # bfloat16 (CuPy 14): refused here with the fix, before CuPy's BufferError (capability row).
+        cannot = self.caps.cannot_export
+        name = getattr(obj.dtype, "name", "")
+        if cannot and name in cannot:
+            raise UnsupportedDtypeError(
+                f"CuPy {self.version} cannot export {name} arrays through DLPack (it holds them only as a view "
+                f"of other bits); hand over its bits: x.view(cupy.uint{obj.dtype.itemsize * 8}), or x.view(cupy.uint8)"
+            )
+        return export_capsule(obj, stream=stream, max_version=max_version)
 
     def has_cuda(self) -> bool:
         try:

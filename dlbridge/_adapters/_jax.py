@@ -30,6 +30,9 @@ class JaxAdapter(Adapter):
     # makes it wait for the buffer on the host instead. As a consumer it imports on its own stream.
     no_sync_stream = None
     honours_stream = False
+    # jax/_src/dlpack.py from_dlpack (jax 0.10.2, lines 264-272) asks the device for a stream
+    # (get_stream_for_external_ready_events, a new one each call) and passes it to __dlpack__.
+    asks_producer_stream = True
     mutable_arrays = False  # jax.Array is immutable: its legacy capsules reach NumPy read-only
     _devices: dict[tuple[int, int], Any]
     _narrowed: tuple[Capabilities, Capabilities] | None = None  # (row, row without 64-bit dtypes)
@@ -170,7 +173,13 @@ class JaxAdapter(Adapter):
         platform = getattr(device, "platform", None)
         if not isinstance(platform, str):
             return None
-        return f"{'cuda' if platform == 'gpu' else platform}:{getattr(device, 'id', 0)}"
+        # By local_hardware_id, the number DLPack and jax.dlpack use (jax/_src/array.py
+        # __dlpack_device__, jax/_src/dlpack.py device_from_local_hardware_id); device.id is JAX's
+        # own numbering, which differs from it across processes and with CUDA_VISIBLE_DEVICES.
+        # CPU devices keep JAX's id (XLA's --xla_force_host_platform_device_count numbers them so).
+        hardware = getattr(device, "local_hardware_id", None) if platform == "gpu" else None
+        index = hardware if isinstance(hardware, int) else getattr(device, "id", 0)
+        return f"{'cuda' if platform == 'gpu' else platform}:{index}"
 
     def doctor_notes(self, version: str) -> list[str]:
         if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true", "yes"):

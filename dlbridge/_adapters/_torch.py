@@ -183,7 +183,13 @@ class TorchAdapter(Adapter):
     def parse_device(self, device: Any) -> str | tuple[int, int] | None:
         if type(device).__module__ != "torch" or not isinstance(getattr(device, "type", None), str):
             return None
-        return f"{device.type}:{device.index or 0}"
+        if device.index is not None:
+            return f"{device.type}:{device.index}"
+        # torch.device("cuda") is the *current* device (torch/cuda/__init__.py current_device; what
+        # tensor.to("cuda") uses), not cuda:0; "cpu" has one device.
+        if device.type == "cuda" and self.has_cuda():
+            return f"cuda:{self.mod.cuda.current_device()}"
+        return device.type if device.type == "cuda" else f"{device.type}:0"
 
     def make_array(self, ref: Any, device: str) -> Any:
         torch = self.mod

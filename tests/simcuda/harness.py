@@ -1,0 +1,87 @@
+"""Wiring the stand-ins into dlbridge for one test, and undoing it (not GPU evidence).
+
+``Sim(monkeypatch)`` resets the simulated machine; ``sim.cupy("13.3.0")``, ``sim.torch()`` and
+``sim.jax()`` install the stand-ins and drop what dlbridge cached about the real frameworks (the
+adapters' imported modules, versions and importers, the fast route's learned producers), so the
+next conversion sees the simulation; at teardown everything cached comes back as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.simcuda import core, cupy_stub, producers
+
+_CACHED = ("mod", "version", "caps", "_from_dlpack", "_dlpack", "_devices", "_narrowed")
+
+
+class Sim:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from dlbridge import _route
+        from dlbridge._adapters import ADAPTERS
+
+        self.mp = monkeypatch
+        core.reset()
+        self.log = core.LOG
+        self.state = core.STATE
+        for adapter in ADAPTERS.values():  # monkeypatch puts the cached values back at teardown
+            for key in _CACHED:
+                if key in adapter.__dict__:
+                    monkeypatch.delattr(adapter, key)
+        self._saved = [(d, dict(d)) for d in (_route._producers, _route._seen)]
+        for d, _ in self._saved:
+            d.clear()
+        self._specs = [(spec, list(spec)) for spec in _route.SPECS.values()]  # lists: the accelerator holds them
+        for spec in _route.SPECS.values():
+            spec[_route.T_READY], spec[_route.T_CAPS], spec[_route.T_ROUTES] = False, None, {}
+        self.cp: Any = None
+        self.torch_cuda: producers.TorchCuda | None = None
+        self.gpu: producers.JaxGpu | None = None
+
+    def close(self) -> None:
+        for d, saved in self._saved:
+            d.clear()
+            d.update(saved)
+        for spec, items in self._specs:
+            spec[:] = items
+        core.reset()
+
+    # --- the stand-ins ------------------------------------------------------------------------
+    def cupy(self, version: str = "14.2.0") -> Any:
+        self.cp = cupy_stub.install(self.mp, version)
+        return self.cp
+
+    def torch(self) -> producers.TorchCuda:
+        import torch
+
+        self.torch_cuda = producers.TorchCuda().install(self.mp)
+        # torch as a consumer of CUDA capsules: torch/utils/dlpack.py from_dlpack's CUDA half
+        self.mp.setattr(torch, "from_dlpack", producers.torch_from_dlpack)
+        self.mp.setattr(torch.utils.dlpack, "from_dlpack", producers.torch_from_dlpack)
+        return self.torch_cuda
+
+    def cuda_tensor(self, cpu: Any, index: int = 0) -> Any:
+        if self.torch_cuda is None:
+            self.torch()
+        return producers.cuda_tensor(cpu, index)
+
+    def jax(self, ids: list[tuple[int, int]] | None = None) -> producers.JaxGpu:
+        import jax
+
+        gpu = self.gpu = producers.JaxGpu(ids).install(self.mp)
+        real_local, real_devices = jax.local_devices, jax.devices
+
+        def local_devices(process_index: Any = None, backend: Any = None, host_id: Any = None) -> Any:
+            if backend in ("gpu", "cuda"):
+                return gpu.local_devices()
+            return real_local(process_index=process_index, backend=backend, host_id=host_id)
+
+        def devices(backend: Any = None) -> Any:
+            return gpu.local_devices() if backend in ("gpu", "cuda") else real_devices(backend)
+
+        self.mp.setattr(jax, "local_devices", local_devices)
+        self.mp.setattr(jax, "devices", devices)
+        self.mp.setattr(jax.dlpack, "from_dlpack", gpu.from_dlpack)
+        return gpu
