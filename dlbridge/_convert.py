@@ -422,7 +422,7 @@ def _export(x: Any, source: Adapter | None, stream: int | None, max_version: tup
             capsule = source.export(x, stream=stream, max_version=max_version)
         else:
             capsule = export_capsule(x, stream=stream, max_version=max_version)
-    except DLBridgeError:
+    except (DLBridgeError, MemoryError):
         raise  # from dlbridge inside the producer (or a refusing adapter): already says what to do
     except BufferError as err:
         if "readonly" in str(err).lower() or "read-only" in str(err).lower():

@@ -19,8 +19,8 @@ def device_of(x: Any, source: Adapter | None = None) -> tuple[int, int]:
             return source.device_of(x)
         dev = x.__dlpack_device__()
         return (int(dev[0]), 0 if dev[1] is None else int(dev[1]))  # some producers say None for 0
-    except DLBridgeError:
-        raise  # from dlbridge inside the producer: already says what to do
+    except (DLBridgeError, MemoryError):
+        raise  # from dlbridge inside the producer: already says what to do; no memory: no producer's fault
     except Exception as err:  # a deleted or traced array, ...: the adapter names the fix when it knows
         raise producer_error(x, err, "__dlpack_device__") from err
 

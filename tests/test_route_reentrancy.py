@@ -235,12 +235,14 @@ def test_the_route_is_in_use() -> None:
     from tests._route_helpers import counting_declines
 
     t = torch.arange(6, dtype=torch.float32)
-    dlbridge.to_numpy(t)
+    dlbridge.to_torch(t)
     with counting_declines() as counts:
         for _ in range(5):
-            dlbridge.to_numpy(t)
-    assert counts["numpy"] == 0, counts
-    assert _route.SPECS["numpy"][0][_route.S_READY]
+            dlbridge.to_jax(t)
+            dlbridge.to_torch(t)
+    assert counts["torch"] == 0, counts
+    assert counts["jax"] <= 1, counts  # at most the first to_jax: the pipeline, then replays
+    assert _route.SPECS["torch"][0][_route.S_READY]
 
 
 # --- errors raised in the middle of a conversion: only Exceptions send it to the pipeline -----------

@@ -106,20 +106,14 @@ def test_jax_consumer_with_no_sync_stream_asks_jax_nothing(sim):
 
 # --- 2. one export per CUDA conversion, for each producer type -------------------------------------
 
-ROUTE_EXPORTS_FIRST = pytest.mark.xfail(
-    strict=False,
-    reason="the fast route exports a GPU array of a framework's own type, then declines it on the device "
-    "check, and the pipeline exports it again (dlbridge/_route.py, owned elsewhere)",
-)
-
 
 @pytest.mark.parametrize(
     "producer,target",
     [
         ("torch", "cupy"),
-        pytest.param("jax", "cupy", marks=ROUTE_EXPORTS_FIRST),
-        pytest.param("cupy", "torch", marks=ROUTE_EXPORTS_FIRST),
-        pytest.param("cupy", "jax", marks=ROUTE_EXPORTS_FIRST),
+        ("jax", "cupy"),
+        ("cupy", "torch"),
+        ("cupy", "jax"),
         ("torch", "jax"),
     ],
 )

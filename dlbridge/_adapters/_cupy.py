@@ -4,7 +4,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from .._errors import UnsupportedDtypeError
-from ._base import Adapter, export_capsule, raw_bits
+from ._base import Adapter, FastExport, export_capsule, raw_bits
 from ._numpy import numpy_dtype
 
 
@@ -19,6 +19,9 @@ class CupyAdapter(Adapter):
     distributions = ("cupy",)
     extra = "cupy"
     producer_devices = ("cuda",)
+
+    def fast_export(self, cls: type) -> FastExport | None:
+        return None  # CuPy arrays live on the GPU and the route replays CPU memory only: never exported there
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         # CuPy views any NumPy dtype (float8 from ml_dtypes included) but exports only its own and

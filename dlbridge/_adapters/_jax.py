@@ -53,6 +53,11 @@ class JaxAdapter(Adapter):
             return None
         if self.caps.cannot_export or self.caps.exports_uint8:
             return None
+        # The route replays CPU memory only, and where JAX has a GPU backend its arrays may live there:
+        # telling them apart costs a Python call (__dlpack_device__), and exporting to find out would
+        # block on the array's computation (no stream). So there, JAX arrays take the pipeline.
+        if self.has_cuda():
+            return None
         return (0, None, (), None, None)
 
     def import_alignment(self, caps: Capabilities) -> int:

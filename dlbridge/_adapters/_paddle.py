@@ -39,7 +39,7 @@ class PaddleAdapter(Adapter):
         return export_capsule(obj, stream=stream, max_version=max_version)
 
     def fast_export(self, cls: type) -> FastExport | None:
-        if cls is not self.array_class():
+        if cls is not self.array_class() or self.has_cuda():  # the route replays CPU memory only (see JAX's)
             return None
         return (0, None, (("stop_gradient", False, True),), None, None)  # in an autograd graph: export_failed
 

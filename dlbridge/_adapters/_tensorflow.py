@@ -107,6 +107,8 @@ class TensorflowAdapter(Adapter):
         # Concrete eager tensors only (symbolic ones have no data), exported as export() does.
         if cls.__name__ != "EagerTensor" or not cls.__module__.startswith("tensorflow."):
             return None
+        if self.has_cuda():  # the route replays CPU memory only (see JAX's)
+            return None
         return (2, self._dlpack.to_dlpack, (), None, None)
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:

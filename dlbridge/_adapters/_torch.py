@@ -47,8 +47,10 @@ class TorchAdapter(Adapter):
         # The exchange API (torch 2.10+: Tensor.__dlpack_c_exchange_api__, DLPack 1.3's
         # DLPackExchangeAPI) skips __dlpack__'s checks, so the states __dlpack__ refuses or exports
         # wrongly are guards here: autograd, the conjugate and negative bits, non-strided layouts.
-        guards = (("requires_grad", False, False), ("is_conj", True, False), ("is_neg", True, False),
-                  ("layout", False, torch.strided))  # fmt: skip
+        # is_cpu first: the route replays CPU memory only, so a CUDA tensor is declined before any
+        # export (the pipeline exports it once, with the consumer's stream).
+        guards = (("is_cpu", False, True), ("requires_grad", False, False), ("is_conj", True, False),
+                  ("is_neg", True, False), ("layout", False, torch.strided))  # fmt: skip
         api = getattr(cls, "__dlpack_c_exchange_api__", None)
         # detach(): an alias that holds the storage itself (see export).
         return (1, api, guards, "detach", None) if is_exchange_api(api) else (0, None, guards, "detach", None)

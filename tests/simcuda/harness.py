@@ -34,8 +34,8 @@ class Sim:
         for d, _ in self._saved:
             d.clear()
         self._specs = [(spec, list(spec)) for spec in _route.SPECS.values()]  # lists: the accelerator holds them
-        for spec in _route.SPECS.values():
-            spec[_route.T_READY], spec[_route.T_CAPS], spec[_route.T_ROUTES] = False, None, {}
+        for spec in _route.SPECS.values():  # a state not yet prepared: the next conversion learns again
+            spec[0] = _route._state(spec[0][_route.S_SLOW])
         self.cp: Any = None
         self.torch_cuda: producers.TorchCuda | None = None
         self.gpu: producers.JaxGpu | None = None
