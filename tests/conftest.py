@@ -68,6 +68,29 @@ def option_model_gap() -> str | None:
     return None
 
 
+INSTALLED_ENV = "DLBRIDGE_TEST_INSTALLED"  # set by .ci/installed: the suite runs against the installed wheel
+
+
+def installed_problem() -> str | None:
+    """Where ``import dlbridge`` resolves elsewhere than to site-packages (None when it does not)."""
+    import sysconfig
+    from pathlib import Path
+
+    import dlbridge
+
+    site = Path(sysconfig.get_paths()["platlib"]).resolve()
+    found = Path(dlbridge.__file__).resolve().parent
+    if found != site / "dlbridge":
+        return f"{INSTALLED_ENV}=1, but dlbridge was imported from {found}, not from {site / 'dlbridge'}"
+    return None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The installed-package run (.ci/installed) stops before any test when dlbridge is not the installed one."""
+    if os.environ.get(INSTALLED_ENV) == "1" and (problem := installed_problem()):
+        pytest.exit(problem, returncode=3)
+
+
 def cuda_reason() -> str | None:
     """Why CUDA tests cannot run here (None when they can)."""
     try:

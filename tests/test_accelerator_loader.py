@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+import dlbridge
 from dlbridge._accelerator import ABI, ENV_VAR
 from tests.conftest import need
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "dlbridge"
+# The package the children import from ROOT: the checkout's, or in the installed-package run (.ci/installed,
+# where ROOT has no dlbridge/) the one in site-packages.
+PACKAGE = Path(dlbridge.__file__).parent
 SHOW = "from dlbridge import _accelerator as a; print(a.accel is not None); print(a.reason)"
 DOCTOR = "import runpy, sys; sys.argv = ['dlbridge', 'doctor']; runpy.run_module('dlbridge', run_name='__main__')"
 # An editable install's finder (setuptools puts one on sys.meta_path) would find dlbridge._accel in the

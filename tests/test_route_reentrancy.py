@@ -332,7 +332,8 @@ def test_state_and_producer_indexes_match_the_c_header() -> None:
     import re
     from pathlib import Path
 
-    header = (Path(__file__).resolve().parents[1] / "dlbridge" / "_csrc" / "accel.h").read_text()
+    # The package's own copy (the checkout's, or the installed one: the wheel ships _csrc/ too).
+    header = (Path(dlbridge.__file__).parent / "_csrc" / "accel.h").read_text()
     for prefix in ("S_", "P_", "IMPORT_", "EXPORT_"):
         for enum in re.findall(r"enum \{([^}]*)\}", header):
             names = [n.strip() for n in enum.split(",") if n.strip()]
