@@ -283,10 +283,27 @@ def _finish(result: Any, plan: Plan, target: Adapter, info: DLPackInfo | None) -
     if plan.mode == "view":
         _logical.remember(result, info if info is not None else inspect(result), plan.logical)
     elif plan.mode == "upcast":
+        return _upcast(result, plan, target, info if info is not None else inspect(result))
+    return result
+
+
+def _upcast(result: Any, plan: Plan, target: Adapter, info: DLPackInfo) -> Any:
+    """The float32 copy of ``result`` (``plan.wire`` bits of ``plan.logical``), refused from its
+    size before anything is allocated: a broadcast of a few bytes can describe terabytes."""
+    what = 'the float32 copy fallback="upcast" makes'
+    check_copy_size(info, target.name, what, info.size * 4)
+    try:
         if plan.logical == "bfloat16":
             return target.bf16_bits_to_f32(result)
         return target.lookup_f32(decode_table(plan.logical), result)  # type: ignore[arg-type]
-    return result
+    except (MemoryError, RuntimeError) as err:  # torch reports a failed allocation as RuntimeError
+        if isinstance(err, RuntimeError) and "alloc" not in str(err) and "out of memory" not in str(err):
+            raise
+        raise LayoutError(
+            f"to_{target.name}(): {what} of {info.describe()} ({size_text(info.size * 4)}) did not fit in "
+            f'memory ({type(err).__name__}: {err}). Pass a smaller array, or fallback="view" for a zero-copy '
+            f"{plan.wire} view"
+        ) from err
 
 
 # --- layouts ------------------------------------------------------------------------------------
