@@ -93,7 +93,7 @@ def convert(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None,
 
 
 def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-             stream: int | None) -> Any:  # fmt: skip
+             stream: int | None, remembered: bool = False) -> Any:  # fmt: skip
     # The hot path of every conversion: kept flat (few calls) on purpose; see BENCHMARKS.md.
     if copy is not None and copy is not True and copy is not False:
         raise OptionError(f"copy={copy!r}; expected True, False or None")
@@ -108,6 +108,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         )
     if dtype is None and _views and id(x) in _views:  # x may be a view dlbridge made (none: one dict test)
         dtype = _logical.recall(x, inspect(x))  # its own memory (the export below may be a copy)
+        remembered = dtype is not None  # the caller chose a view: plan_for keeps giving one where needed
     src_dev = device_of(x, source)
     # Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA memory to a CUDA one:
     # shared as such, the capsule's device relabelled (DEVICE_ALIASES).
@@ -119,7 +120,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         dst_dev = target.home_device  # copy=True: the target's home device
     if dst_dev != home or home[0] not in target.device_codes:
         if dst_dev[0] != 1 or home[0] != 1 or 1 not in target.device_codes:
-            return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy)
+            return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy, remembered)
         home = host_device(target, dst_dev, device)  # JAX's CPU device N: the same memory, labelled N
     caps = target.capabilities()
     try:  # (free unless raised) AsIs: the target gets x itself, e.g. torch -> torch keeping autograd
@@ -151,7 +152,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         del capsule  # unconsumed: the producer's destructor frees it
         # Decide the dtype first: an unsupported one raises before any copy is made, and the dense
         # copy (a new object, which a view's memory does not follow) is told what the data is.
-        plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
+        plan_for(info, caps, fallback, dtype, f"to_{target.name}()", remembered)
         dense, relabelled = _dense_source(x, source, info, target)
         if dtype is None:
             dtype = relabelled
@@ -159,8 +160,8 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         # may copy it once more (JAX, misaligned) without harm: copy=None. At the same address
         # (only re-exported, e.g. NumPy dropping a byte_offset) the caller's copy= still applies.
         moved = info.size and adapter_for(dense).data_ptr(dense) != info.data_ptr  # type: ignore[union-attr]
-        return _convert(dense, target, fallback, dtype, None, None if moved else copy, stream)
-    return _import(capsule, info, target, caps, fallback, dtype, copy)
+        return _convert(dense, target, fallback, dtype, None, None if moved else copy, stream, remembered)
+    return _import(capsule, info, target, caps, fallback, dtype, copy, remembered=remembered)
 
 
 def _gpu_stream(stream: int | None, source: Adapter | None, target: Adapter, device: tuple[int, int]) -> int | None:
@@ -205,11 +206,12 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
 
 
 def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback,
-            dtype: Any, copy: bool | None, device_to: tuple[int, int] | None = None) -> Any:  # fmt: skip
+            dtype: Any, copy: bool | None, device_to: tuple[int, int] | None = None,
+            remembered: bool = False) -> Any:  # fmt: skip
     if dtype is None and info.code != 1 and info.dtype in caps.imports:
         plan = native_plan(info.dtype)  # the common case, without building plan_for's message prefix
     else:
-        plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
+        plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()", remembered)
     if plan.mode == "upcast" and copy is False:
         raise UnsupportedDtypeError(
             f'to_{target.name}(): {caps.consumer} cannot hold {plan.logical}, and fallback="upcast" makes a '
@@ -423,7 +425,7 @@ def _export_copy(x: Any, source: Adapter | None, stream: int | None, max_version
 
 def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
                   dst_dev: tuple[int, int], fallback: Fallback, dtype: Any, device: Any,
-                  copy: bool | None) -> Any:  # fmt: skip
+                  copy: bool | None, remembered: bool = False) -> Any:  # fmt: skip
     target.check_installed()  # "install cupy" comes before "pass device=" (cached; imports nothing)
     real = device_of(x, source)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
     here = f"{device_name(real[0])}:{real[1]}"
@@ -441,7 +443,7 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
         raise DeviceMismatchError(f"to_{target.name}(): {target.name} cannot live on {there}")
     # Decide the dtype first, so an unsupported one raises before any copy is made.
     probe = inspect(x)
-    plan = plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()")
+    plan = plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()", remembered)
     if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
         try:
             moved = source.to_device(x, dst_dev)  # every adapter can bring its arrays to the host
@@ -451,7 +453,7 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
                 f"{type(err).__name__}: {err}"
             ) from err
         # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
-        return _convert(moved, target, fallback, dtype, dst_dev if dst_dev[0] == 1 else None, None, None)
+        return _convert(moved, target, fallback, dtype, dst_dev if dst_dev[0] == 1 else None, None, None, remembered)
     if src_dev[0] == 1:
         # CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
         # array), labels them with the dtype it imports (plan.wire), and the plan is applied there.

@@ -299,7 +299,8 @@ class _Call:
             )
         try:
             info = inspect(x)
-            plan_for(info, spec.target.capabilities(), "raise", _logical.recall(x, info), spec.target.name)
+            logical = _logical.recall(x, info)
+            plan_for(info, spec.target.capabilities(), "raise", logical, spec.target.name, logical is not None)
         except DLBridgeError as err:
             hint = " convert=False converts nothing: drop it to let the guard convert with that fallback."
             raise in_context(err, spec, where, x, hint if "fallback=" in str(err) else "") from None

@@ -27,8 +27,17 @@ class Plan(NamedTuple):
     wire: str  # the dtype written into the capsule the target reads
 
 
-def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: Any = None, target: str = "") -> Plan:
-    """Decide how ``info`` reaches a consumer with ``caps``; raises UnsupportedDtypeError."""
+def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: Any = None, target: str = "",
+             remembered: bool = False) -> Plan:  # fmt: skip
+    """Decide how ``info`` reaches a consumer with ``caps``; raises UnsupportedDtypeError.
+
+    ``remembered``: ``dtype`` is the logical dtype a ``fallback="view"`` result remembers. The
+    caller chose a view when it was made, so under ``fallback="raise"`` a consumer that cannot
+    hold that dtype gets another view (which remembers it) instead of an error; an explicit
+    ``fallback="upcast"`` still upcasts.
+    """
+    if remembered and fallback == "raise":
+        fallback = "view"
     logical = info.dtype if dtype is None else _logical_dtype(info, dtype)
     if logical in caps.imports:
         return native_plan(logical)

@@ -155,3 +155,21 @@ def test_float8_into_tensorflow_goes_by_the_fallback() -> None:
     assert dlbridge.to_numpy(u).dtype == ml_dtypes.float8_e4m3fn  # the view remembers
     f = dlbridge.to_tensorflow(t, fallback="upcast")
     assert f.dtype == tf.float32 and f.numpy().tolist() == [0.5, -1.0]
+
+
+def test_a_remembered_view_passes_a_convert_false_guard_into_a_consumer_that_cannot_hold_it() -> None:
+    """guard(convert=False) checks as a conversion would: a view goes on as another view, no error."""
+    tf = need("tensorflow")
+    ml_dtypes = need("ml_dtypes")
+    need("torch")
+    b11 = np.array([0.5, -1.0], dtype=ml_dtypes.float8_e4m3b11fnuz)
+    u = dlbridge.to_tensorflow(b11, fallback="view")  # a TF uint8 tensor that remembers float8_e4m3b11fnuz
+    assert u.dtype == tf.uint8
+
+    @dlbridge.guard("torch", convert=False)
+    def body(x: Any) -> Any:
+        return x
+
+    assert body(u) is u
+    with pytest.raises(dlbridge.UnsupportedDtypeError, match="cannot hold float8_e4m3b11fnuz"):
+        body(b11)  # not a view: the caller chose nothing, so the check refuses
