@@ -103,21 +103,23 @@ class TensorflowAdapter(Adapter):
 
     # --- producing ------------------------------------------------------------------------
     @cached_property
-    def _special(self) -> dict[Any, str]:
-        """TF dtype -> its name, for the dtypes to_dlpack cannot take: opaque ones (it aborts) and
-        float8 (it raises; dlbridge exports their bytes)."""
+    def _special(self) -> dict[int, str]:
+        """id(TF dtype) -> its name, for the dtypes to_dlpack cannot take: opaque ones (it aborts)
+        and float8 (it raises; dlbridge exports their bytes). Keyed by id: TF's DType objects are
+        interned module-level singletons (``t.dtype is tf.string``), and DType.__hash__ costs
+        ~0.2 us a call, a fifth of a conversion (probe 2026-11-25, tensorflow 2.21.0)."""
         tf = self.mod
         names = (*_OPAQUE, *(n for n in BY_NAME if n.startswith("float8_")))
         found = ((n, getattr(tf, n, None) or getattr(tf.dtypes.experimental, n, None)) for n in names)
-        return {d: n for n, d in found if isinstance(d, tf.dtypes.DType)}
+        return {id(d): n for n, d in found if isinstance(d, tf.dtypes.DType)}
 
     def opaque(self, obj: Any) -> bool:
-        special = self._special.get(getattr(obj, "dtype", None))
+        special = self._special.get(id(getattr(obj, "dtype", None)))
         return special is not None and special in _OPAQUE
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         # Always a legacy capsule; the data is ready on return (to_dlpack's documented contract).
-        special = self._special.get(obj.dtype)
+        special = self._special.get(id(obj.dtype))
         if special is None:
             return self._dlpack.to_dlpack(obj)
         if special in _OPAQUE:
@@ -196,9 +198,17 @@ class TensorflowAdapter(Adapter):
             return None
         return (2, self._export_fast, (), None, None)
 
-    def _export_fast(self, obj: Any) -> Any:
-        """export() as a one-argument function (the fast route's export step)."""
-        return self.export(obj, stream=None, max_version=None)
+    @cached_property
+    def _export_fast(self) -> Any:
+        """export() as a one-argument function (the fast route's export step), one call deep."""
+        to_dlpack, special, export = self._dlpack.to_dlpack, self._special, self.export
+
+        def export_one(obj: Any) -> Any:
+            if id(obj.dtype) in special:
+                return export(obj, stream=None, max_version=None)
+            return to_dlpack(obj)
+
+        return export_one
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         return (0, self._dlpack.from_dlpack, None)  # aligned CPU data only: import_alignment
