@@ -335,13 +335,10 @@ TABLE: tuple[Row, ...] = (
         "from DLPack' for transposed, sliced, broadcast or negative strides; probe 2026-11-23 (tensorflow 2.21.0)",
     ),
     _r("tensorflow", "readonly_arrays", source="tf.Tensor is immutable (no in-place writes through its API)"),
-    _r(
-        "tensorflow",
-        "cannot_export",
-        {"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz"},
-        source="tensorflow/c/eager/dlpack.cc has no float8 type codes; probe 2026-11-23 (tensorflow 2.21.0): "
-        "__dlpack__ raises 'DT_FLOAT8_E4M3FN is not supported by dlpack' for each float8 tensor",
-    ),
+    # cannot_export: none. TF's own export has no float8 codes (tensorflow/c/eager/dlpack.cc; probe
+    # 2026-11-23, tensorflow 2.21.0: 'DT_FLOAT8_E4M3FN is not supported by dlpack'), but dlbridge's
+    # exports CPU float8 tensors' bytes relabelled, as NumPy's ml_dtypes arrays (TensorflowAdapter.
+    # export; probe 2026-11-25, tensorflow 2.21.0: zero-copy); on the GPU the adapter refuses them.
     # --- paddle (paddle.from_dlpack; rows checked by tests/test_paddle.py) ------------------------
     _r(
         "paddle",

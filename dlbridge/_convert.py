@@ -54,7 +54,7 @@ from ._errors import (
 )
 from ._logical import _entries as _views  # mutated in place, never rebound
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
-from ._plan import Plan, native_plan, plan_for
+from ._plan import Plan, native_plan, plan_for, recalled_fallback
 from ._sizes import check_copy_size, copied, size_text
 
 __all__ = ["convert", "inspect", "MAX_VERSION"]
@@ -109,6 +109,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         )
     if dtype is None and _views and id(x) in _views:  # x may be a view dlbridge made (none: one dict test)
         dtype = _logical.recall(x, inspect(x))  # its own memory (the export below may be a copy)
+        fallback = recalled_fallback(fallback) if dtype is not None else fallback
     src_dev = device_of(x, source)
     # Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA memory to a CUDA one:
     # shared as such, the capsule's device relabelled (DEVICE_ALIASES).
@@ -351,10 +352,27 @@ def _finish(result: Any, plan: Plan, target: Adapter, info: DLPackInfo | None) -
     if plan.mode == "view":
         _logical.remember(result, info if info is not None else inspect(result), plan.logical)
     elif plan.mode == "upcast":
+        return _upcast(result, plan, target, info if info is not None else inspect(result))
+    return result
+
+
+def _upcast(result: Any, plan: Plan, target: Adapter, info: DLPackInfo) -> Any:
+    """The float32 copy of ``result`` (``plan.wire`` bits of ``plan.logical``), refused from its
+    size before anything is allocated: a broadcast of a few bytes can describe terabytes."""
+    what = 'the float32 copy fallback="upcast" makes'
+    check_copy_size(info, target.name, what, info.size * 4)
+    try:
         if plan.logical == "bfloat16":
             return target.bf16_bits_to_f32(result)
         return target.lookup_f32(decode_table(plan.logical), result)  # type: ignore[arg-type]
-    return result
+    except (MemoryError, RuntimeError) as err:  # torch reports a failed allocation as RuntimeError
+        if isinstance(err, RuntimeError) and "alloc" not in str(err) and "out of memory" not in str(err):
+            raise
+        raise LayoutError(
+            f"to_{target.name}(): {what} of {info.describe()} ({size_text(info.size * 4)}) did not fit in "
+            f'memory ({type(err).__name__}: {err}). Pass a smaller array, or fallback="view" for a zero-copy '
+            f"{plan.wire} view"
+        ) from err
 
 
 # --- layouts ------------------------------------------------------------------------------------

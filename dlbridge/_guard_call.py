@@ -19,7 +19,7 @@ from ._errors import DeviceMismatchError, DLBridgeError, NotAnArrayError, Option
 from ._guard_kinds import converted_coroutine, converted_generator
 from ._guard_messages import call_head, describe, in_context
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
-from ._plan import plan_for
+from ._plan import plan_for, recalled_fallback
 
 __all__ = ["_Spec", "_Call"]
 
@@ -211,7 +211,17 @@ class _Call:
         __tracebackhide__ = True
         cls = type(value)
         if hasattr(cls, "__dlpack__"):
-            return self.array(value, where)
+            if not _opaque(value):
+                return self.array(value, where)
+            if explicit:
+                dtype = getattr(getattr(value, "dtype", None), "name", "?")
+                raise NotAnArrayError(
+                    f"{self.spec.name}({self.spec.label(where)}=…): args= selects it for conversion to "
+                    f"{self.spec.target.name}, but it is a tensor of dtype {dtype} ({cls.__qualname__}), which "
+                    "holds no array of numbers DLPack can carry; leave it out of args= (the guard then passes it "
+                    "through unchanged)"
+                )
+            return value  # a TensorFlow string tensor, say: passed as values that are not arrays are
         if cls in _CONTAINERS or (isinstance(value, tuple) and hasattr(cls, "_fields")):
             if explicit and value and not _holds_array(value):  # a list of numbers, say: nothing to convert
                 raise NotAnArrayError(
@@ -289,7 +299,9 @@ class _Call:
             )
         try:
             info = inspect(x)
-            plan_for(info, spec.target.capabilities(), "raise", _logical.recall(x, info), spec.target.name)
+            logical = _logical.recall(x, info)
+            fallback = recalled_fallback("raise") if logical is not None else "raise"
+            plan_for(info, spec.target.capabilities(), fallback, logical, spec.target.name)
         except DLBridgeError as err:
             hint = " convert=False converts nothing: drop it to let the guard convert with that fallback."
             raise in_context(err, spec, where, x, hint if "fallback=" in str(err) else "") from None
@@ -300,7 +312,7 @@ class _Call:
         __tracebackhide__ = True
         cls = type(value)
         if hasattr(cls, "__dlpack__"):
-            return self.result_array(value, back, where)
+            return value if _opaque(value) else self.result_array(value, back, where)
         if cls in _CONTAINERS or (isinstance(value, tuple) and hasattr(cls, "_fields")):
             return _map(value, lambda v, k: self.result(v, back, (*where, k)))
         if cls is GeneratorType:  # from a plain function (a generator expression, say): convert as it yields
@@ -354,6 +366,12 @@ def _map(value: Any, convert: Callable[[Any, Any], Any]) -> Any:
     if isinstance(value, list):
         return out
     return type(value)(*out) if hasattr(type(value), "_fields") else tuple(out)
+
+
+def _opaque(x: Any) -> bool:
+    """Whether ``x`` is a framework's array object with no data DLPack can carry (``Adapter.opaque``)."""
+    source = adapter_for(x)
+    return source is not None and source.opaque(x)
 
 
 def _holds_array(value: Any) -> bool:

@@ -16,7 +16,7 @@ from ._dtypes import BY_NAME, DType, decode_table, lookup, unsigned_of_width
 from ._errors import OptionError, UnsupportedDtypeError
 from ._options import Fallback
 
-__all__ = ["Plan", "plan_for", "native_plan"]
+__all__ = ["Plan", "plan_for", "native_plan", "recalled_fallback"]
 
 
 class Plan(NamedTuple):
@@ -25,6 +25,14 @@ class Plan(NamedTuple):
     mode: str  # "native", "reinterpret", "view", "upcast"
     logical: str  # the dtype the data really has
     wire: str  # the dtype written into the capsule the target reads
+
+
+def recalled_fallback(fallback: Fallback) -> Fallback:
+    """The fallback for a ``fallback="view"`` result converted onward (its remembered dtype is the
+    ``dtype=`` of that conversion). The caller chose a view when it was made, so under ``"raise"`` a
+    consumer that cannot hold that dtype gets another view (which remembers it) instead of an error;
+    an explicit ``"upcast"`` still upcasts."""
+    return "view" if fallback == "raise" else fallback
 
 
 def plan_for(info: DLPackInfo, caps: Capabilities, fallback: Fallback, dtype: Any = None, target: str = "") -> Plan:

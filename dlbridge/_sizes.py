@@ -16,18 +16,21 @@ from ._errors import LayoutError
 __all__ = ["check_copy_size", "copied", "size_text"]
 
 
-def check_copy_size(info: DLPackInfo, target: str, what: str) -> None:
-    """Raise LayoutError when ``what`` (a CPU copy of ``info``) exceeds this machine's memory."""
-    if info.device_code != 1 or info.nbytes < 1 << 30:
+def check_copy_size(info: DLPackInfo, target: str, what: str, nbytes: int | None = None) -> None:
+    """Raise LayoutError when ``what`` (a CPU copy of ``info``, ``nbytes`` large: by default
+    ``info.nbytes``) exceeds this machine's memory."""
+    if nbytes is None:
+        nbytes = info.nbytes
+    if info.device_code != 1 or nbytes < 1 << 30:
         return
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):  # not POSIX: only a MemoryError will tell
         return
-    if info.nbytes > memory:
+    if nbytes > memory:
         raise LayoutError(
             f"to_{target}(): {what} of {info.describe()} (strides {list(info.strides or ())}) would take "
-            f"{size_text(info.nbytes)}, more than this machine's {size_text(memory)} of memory. Pass a smaller "
+            f"{size_text(nbytes)}, more than this machine's {size_text(memory)} of memory. Pass a smaller "
             "array (a broadcast counts at its full size)."
         )
 

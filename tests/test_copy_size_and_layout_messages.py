@@ -49,6 +49,41 @@ def test_absurd_dense_copy_is_refused_before_allocating(case: str) -> None:
     assert err.value.__cause__ is None  # decided from the size, not from a failed allocation
 
 
+def _fp8_broadcast(n: int):
+    ml_dtypes = need("ml_dtypes")
+    one = np.zeros(1, dtype=ml_dtypes.float8_e4m3b11fnuz)  # torch cannot hold it: upcast
+    return np.lib.stride_tricks.as_strided(one, (n,), (0,), writeable=True)
+
+
+UPCASTS = {
+    "numpy fp8 broadcast to torch": lambda: dlbridge.to_torch(_fp8_broadcast(1 << 40), fallback="upcast"),
+    "read-only fp8 broadcast to torch, copy=True": lambda: dlbridge.to_torch(
+        np.broadcast_to(_fp8_broadcast(1), (1 << 40,)), fallback="upcast", copy=True
+    ),
+    "torch uint8 expand as fp8 to torch": lambda: dlbridge.to_torch(
+        torch.zeros(1, dtype=torch.uint8).expand(1 << 40), dtype="float8_e4m3b11fnuz", fallback="upcast"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UPCASTS)
+def test_absurd_upcast_is_refused_before_allocating(case: str) -> None:
+    """fallback="upcast" makes a float32 copy (4 bytes an element) of what may be a broadcast of one byte."""
+    if "read-only" in case and not caps_of("numpy").versioned_capsules:
+        pytest.skip("NumPy < 2.1 cannot export a read-only array (its copy is the producer's own)")
+    with pytest.raises(dlbridge.LayoutError) as err:
+        UPCASTS[case]()
+    message = str(err.value)
+    assert 'the float32 copy fallback="upcast" makes of' in message and "[1099511627776]" in message
+    assert "strides [0]" in message and "would take 4.0 TiB, more than this machine's" in message
+    assert err.value.__cause__ is None  # decided from the size, not from a failed allocation
+
+
+def test_small_broadcast_upcasts() -> None:
+    out = dlbridge.to_torch(np.broadcast_to(_fp8_broadcast(1), (3,)), fallback="upcast", copy=True)
+    assert out.dtype == torch.float32 and out.tolist() == [0.0, 0.0, 0.0]
+
+
 def test_small_broadcast_still_converts_as_a_copy() -> None:
     b = np.broadcast_to(np.arange(3, dtype=np.float32), (2, 3))
     j = dlbridge.to_jax(b, copy=True)
@@ -82,6 +117,29 @@ def test_allocation_that_fails_anyway_is_a_layout_error() -> None:
     assert "jax LayoutError from MemoryError" in proc.stdout, proc.stdout
     assert "torch LayoutError from RuntimeError" in proc.stdout, proc.stdout  # torch's CPU allocator
     assert "numpy LayoutError from MemoryError" in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/statm are Linux's")
+def test_upcast_that_fails_to_allocate_anyway_is_a_layout_error() -> None:
+    """An 8 GiB float32 upcast under an address-space limit: tried, failed, reported as LayoutError."""
+    need("ml_dtypes")
+    proc = run_child(
+        """
+        import os, resource, numpy as np, torch, ml_dtypes, dlbridge
+        one = np.zeros(1, dtype=ml_dtypes.float8_e4m3b11fnuz)
+        w = np.lib.stride_tricks.as_strided(one, (1 << 31,), (0,), writeable=True)
+        vm = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), resource.getrlimit(resource.RLIMIT_AS)[1]))
+        try:
+            dlbridge.to_torch(w, fallback="upcast")
+            print("torch no error")
+        except dlbridge.LayoutError as e:
+            assert "(8.0 GiB) did not fit in memory" in str(e) and 'fallback="view"' in str(e), e
+            print("torch LayoutError from", type(e.__cause__).__name__)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "torch LayoutError from RuntimeError" in proc.stdout, proc.stdout  # torch's CPU allocator
 
 
 # --- what a layout error tells the caller, per path ----------------------------------------------

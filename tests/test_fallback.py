@@ -51,6 +51,22 @@ def test_view_remembers_its_logical_dtype_onward() -> None:
     np.testing.assert_array_equal(bits(n), bits(np.asarray(x)))
 
 
+def test_a_view_into_a_consumer_that_still_cannot_hold_it_is_another_remembering_view() -> None:
+    """The caller chose a view when it was made: fallback="raise" (the default) does not undo that."""
+    g = np.zeros(8, dtype=ml_dtypes.float8_e4m3b11fnuz)
+    g.view(np.uint8)[:] = np.arange(8, dtype=np.uint8)
+    u = dlbridge.to_torch(g, fallback="view")
+    again = dlbridge.to_torch(u)  # torch -> torch, torch still cannot hold float8_e4m3b11fnuz
+    assert again.dtype == torch.uint8 and again.data_ptr() == u.data_ptr() == g.ctypes.data
+    n = dlbridge.to_numpy(again)  # ... and it remembers: NumPy (ml_dtypes) gets the real dtype
+    assert n.dtype == g.dtype and n.ctypes.data == g.ctypes.data
+    np.testing.assert_array_equal(bits(n), bits(g))
+    # An explicit fallback still decides: a float32 copy; and a plain uint8 tensor stays plain.
+    assert dlbridge.to_torch(u, fallback="upcast").dtype == torch.float32
+    assert dlbridge.to_torch(u, copy=False).data_ptr() == g.ctypes.data
+    assert dlbridge.to_numpy(dlbridge.to_torch(u.clone())).dtype == np.uint8
+
+
 def test_a_copied_view_remembers_the_copy() -> None:
     """fallback="view" with copy=True: the returned copy (not a temporary) carries the logical dtype."""
     x = _b11()

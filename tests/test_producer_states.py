@@ -5,6 +5,7 @@ values (a resolved copy where copy= allows it) or a ProducerError that names the
 from __future__ import annotations
 
 import gc
+import sys
 import warnings
 
 import numpy as np
@@ -264,6 +265,46 @@ def test_unknown_producer_failure_is_a_producer_error_not_a_capsule_error() -> N
     with pytest.raises(dlbridge.ProducerError, match=r"Broken\.__dlpack__\(\) failed: ValueError: no data yet") as err:
         dlbridge.to_numpy(Broken())
     assert not isinstance(err.value, dlbridge.CapsuleError) and isinstance(err.value.__cause__, ValueError)
+
+
+# --- NumPy byte order -------------------------------------------------------------------------------
+
+_SWAPPED = ">" if sys.byteorder == "little" else "<"
+
+
+@pytest.mark.parametrize("to", ["torch", "jax"])
+def test_non_native_byte_order_names_copy_true_and_astype(to: str) -> None:
+    x = np.arange(4, dtype=f"{_SWAPPED}i4")
+    for _ in range(2):  # the pipeline, then whatever the route learned
+        with pytest.raises(dlbridge.ProducerError) as err:
+            dlbridge.convert(x, to)
+        message = str(err.value)
+        assert f"dtype '{_SWAPPED}i4'" in message and "byte order" in message, message
+        assert "Pass copy=True for a native-order copy" in message, message
+        assert 'x.astype(x.dtype.newbyteorder("="))' in message, message
+    with pytest.raises(dlbridge.ProducerError, match="copy=True"):
+        dlbridge.inspect(x)
+
+
+@pytest.mark.parametrize("dtype", ["i4", "f2", "c8", "u2"])  # JAX without x64: no 64-bit
+@pytest.mark.parametrize("to", ["torch", "jax"])
+def test_non_native_byte_order_with_copy_true_is_a_native_copy(to: str, dtype: str) -> None:
+    x = (np.arange(6) * 3 - 5).astype(dtype if dtype[0] != "u" else "i4").astype(f"{_SWAPPED}{dtype}").reshape(2, 3)
+    out = dlbridge.convert(x, to, copy=True)
+    host = np.asarray(out) if to == "jax" else out.numpy()
+    assert host.dtype == np.dtype(dtype) and host.dtype.isnative
+    np.testing.assert_array_equal(host, x)  # equal values (NumPy compares across byte orders)
+
+
+def test_non_native_byte_order_into_numpy_is_numpy_itself() -> None:
+    """NumPy holds any byte order: to_numpy gives a view (as the fast route's ndarray.view() does)."""
+    x = np.arange(4, dtype=f"{_SWAPPED}f4")
+    for _ in range(3):
+        out = dlbridge.to_numpy(x)
+        assert out.dtype == x.dtype and out.ctypes.data == x.ctypes.data
+    c = dlbridge.to_numpy(x, copy=True)
+    assert c.ctypes.data != x.ctypes.data
+    np.testing.assert_array_equal(c, x)
 
 
 # --- masked arrays ---------------------------------------------------------------------------------------

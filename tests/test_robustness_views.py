@@ -263,8 +263,12 @@ class ViewOwnership(stateful.RuleBasedStateMachine):
                     strict, _ = convert(h.obj, to, "raise", None)
                 except dlbridge.UnsupportedDtypeError:
                     assert own_dtype(r) != h.truth, f"{where}: fallback='raise' refused a dtype {to} holds"
+                    assert not h.view, f"{where}: fallback='raise' refused a view that remembers {h.truth}"
                 else:
-                    assert own_dtype(strict) == h.truth, f"{where}: fallback='raise' gave {own_dtype(strict)}"
+                    # A remembered view already carries the caller's choice of a view: where the
+                    # target cannot hold its dtype, fallback="raise" gives another view, as "view" does.
+                    assert stands_for(strict) == h.truth, f"{where}: fallback='raise' gave {stands_for(strict)}"
+                    assert own_dtype(strict) == own_dtype(r), f"{where}: fallback='raise' gave {own_dtype(strict)}"
                     del strict
                 del r
 

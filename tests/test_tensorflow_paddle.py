@@ -173,8 +173,6 @@ def test_cell(producer: str, consumer: str, dtype: str, layout: str) -> None:
 
         if not jax.config.jax_enable_x64:
             pytest.skip("JAX without x64 has no int64 (refused, see test_matrix.py)")
-    if producer == "tensorflow" and dtype in FP8:
-        pytest.skip("TensorFlow cannot export float8 (see test_tensorflow_float8_source_is_refused_clearly)")
     src, expected = make_source(producer, dtype, layout)
     info = dlbridge.inspect(src)
     assert info.dtype == dtype
@@ -368,12 +366,32 @@ def test_paddle_tensor_that_requires_grad_is_refused_naming_detach_and_kept_by_p
 
 
 @child_only
-def test_tensorflow_float8_source_is_refused_clearly() -> None:
+def test_tensorflow_float8_source_reaches_paddle_zero_copy() -> None:
+    """TF's own export refuses float8; dlbridge shares its bytes relabelled (more in test_tensorflow_dtypes.py)."""
     tf = need("tensorflow")
-    need("ml_dtypes")
-    t = tf.constant(reference("float8_e4m3fn", (3,)))
-    with pytest.raises(dlbridge.ProducerError, match=r"EagerTensor.*failed"):
-        dlbridge.to_numpy(t)
+    paddle = need("paddle")
+    ref = reference("float8_e4m3fn", (3,))
+    t = tf.constant(ref)
+    out = dlbridge.to_paddle(t)
+    assert out.dtype == paddle.float8_e4m3fn and out.data_ptr() == np.asarray(t).ctypes.data
+    np.testing.assert_array_equal(bits(host("paddle", out)), bits(ref))
+
+
+@child_only
+def test_paddle_uint16_refusal_says_why_and_what_to_pass() -> None:
+    paddle = need("paddle")
+    src = np.array([1, 2, 40000], dtype=np.uint16)
+    with pytest.raises(dlbridge.UnsupportedDtypeError) as info:
+        dlbridge.to_paddle(src)
+    message = str(info.value)
+    assert "reads uint16 data as its own bfloat16" in message
+    assert 'dtype="bfloat16"' in message and 'dtype="int16"' in message and "int32" in message
+    # What the message offers works: same memory, relabelled.
+    as_bf16 = dlbridge.to_paddle(src, dtype="bfloat16")
+    assert as_bf16.dtype == paddle.bfloat16 and as_bf16.data_ptr() == src.ctypes.data
+    as_i16 = dlbridge.to_paddle(src, dtype="int16")
+    assert as_i16.data_ptr() == src.ctypes.data and as_i16.numpy().tolist() == [1, 2, 40000 - 65536]
+    assert dlbridge.to_paddle(src.astype(np.int32)).numpy().tolist() == [1, 2, 40000]
 
 
 @child_only
@@ -439,14 +457,13 @@ def _child_test_count() -> int | None:
     cells = 0
     for p, c in PAIRS:
         for dtype in DTYPES:
-            tf_fp8 = p == "tensorflow" and dtype in FP8
             paddle_u16 = p == "paddle" and dtype == "uint16"
             jax_int64 = "jax" in (p, c) and dtype == "int64"  # x64 is off in the child
-            cells += 0 if tf_fp8 or paddle_u16 or jax_int64 else len(LAYOUTS)
+            cells += 0 if paddle_u16 or jax_int64 else len(LAYOUTS)
     # fp8 view 2, upcast 1, layout error 1, misaligned 4, negative strides 2, writes 4,
-    # read-only 2, device 1, strided paddle 1, detach 1, TF fp8 source 1, convert names 5, guard 2,
-    # adapter hooks 2, paddle fp8 fallbacks 1.
-    return cells + 30
+    # read-only 2, device 1, strided paddle 1, detach 1, TF fp8 source 1, paddle uint16 1,
+    # convert names 5, guard 2, adapter hooks 2, paddle fp8 fallbacks 1.
+    return cells + 31
 
 
 @pytest.mark.skipif(IN_CHILD, reason="this is the child")

@@ -231,6 +231,12 @@ class Adapter:
         quantized, deleted, traced), else None. Called only after one of its DLPack methods failed."""
         return None
 
+    def opaque(self, obj: Any) -> bool:
+        """Whether ``obj``, one of this framework's array objects, holds no data DLPack can carry at
+        all (TensorFlow strings, variants, resource handles): ``export`` refuses it, and a guard
+        passes it through as it does values that are not arrays."""
+        return False
+
     def has_cuda(self) -> bool:
         """Whether this framework sees a CUDA device in this process (imports it)."""
         return False

@@ -9,7 +9,7 @@ from .._capabilities import installed_version
 from .._capsule import relabel
 from .._dtypes import BY_NAME
 from .._errors import ProducerError, UnsupportedDtypeError
-from ._base import Adapter, FastExport, aligned_copy, export_capsule
+from ._base import Adapter, AsIs, FastExport, aligned_copy, export_capsule
 
 
 @lru_cache(maxsize=64)
@@ -68,6 +68,25 @@ class NumpyAdapter(Adapter):
         capsule = export_capsule(obj.view(f"u{dtype.itemsize}"), stream=None, max_version=max_version)
         relabel(capsule, logical)
         return capsule
+
+    def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
+                      copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
+        if obj.dtype.isnative:
+            return super().export_failed(obj, stream=stream, max_version=max_version, copy=copy, target=target,
+                                         dtype=dtype)  # fmt: skip
+        # DLPack has no byte order: NumPy refuses to export a non-native one ("DLPack only supports
+        # native byte order", numpy/_core/src/multiarray/dlpack.c; probe 2026-11-25, numpy 2.4.6).
+        if target is self and dtype is None:  # NumPy holds it: as the fast route's ndarray.view() gives
+            raise AsIs(obj.copy() if copy else obj.view())
+        if copy is True and target is not None:  # the copy asked for, in native order
+            return self.export(obj.astype(obj.dtype.newbyteorder("=")), stream=stream, max_version=max_version)
+        where = f"to_{target.name}(): " if target is not None else ""
+        order = "big" if sys.byteorder == "little" else "little"
+        raise ProducerError(
+            f"{where}a NumPy array of dtype {obj.dtype.str!r} (shape {list(obj.shape)}) is {order}-endian, and "
+            f"DLPack carries only this machine's byte order ({sys.byteorder}-endian), so its memory cannot be "
+            'shared. Pass copy=True for a native-order copy, or x.astype(x.dtype.newbyteorder("=")) first'
+        )
 
     def fast_export(self, cls: type) -> FastExport | None:
         if cls is not self.array_class():  # subclasses (matrix, memmap, masked) take the pipeline

@@ -59,6 +59,17 @@ class PaddleAdapter(Adapter):
             "its values without the graph (no gradient flows back through them)."
         )
 
+    def hint(self, dtype: str) -> str | None:
+        if dtype != "uint16":
+            return None
+        # paddle.from_dlpack reads a uint16 capsule as paddle.bfloat16 (its bf16 is stored as uint16;
+        # probe 2026-11-23, paddlepaddle 3.3.1), so a uint16 array would arrive with other values.
+        return (
+            "Paddle has no uint16 dtype: it reads uint16 data as its own bfloat16, which would change the values. "
+            'Pass dtype="bfloat16" if the bits are bfloat16 (zero-copy), dtype="int16" for the same bits as int16 '
+            "(zero-copy; values above 32767 read as negative), or convert to int32 first (x.astype(int32), a copy)."
+        )
+
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.device.is_compiled_with_cuda() and self.mod.device.cuda.device_count() > 0)

@@ -13,6 +13,8 @@ from typing import Any
 
 from .._capabilities import Capabilities
 from .._capsule import DLPackInfo, read
+from .._dtypes import BY_NAME
+from .._errors import DLBridgeError, ProducerError
 from ._base import Adapter, FastExport
 
 # TF imports a CPU buffer at any address without copying, but its kernels CHECK that data is
@@ -20,6 +22,18 @@ from ._base import Adapter, FastExport
 # tensorflow/core/framework/tensor.cc; tf.cast of a numpy a[1:17] import, probe 2026-11-23,
 # tensorflow 2.21.0). Misaligned CPU data is therefore copied to an aligned buffer first.
 _ALIGN = 64
+
+# Tensors of these dtypes hold no flat buffer (strings, TensorList variants, resource handles):
+# tf.experimental.dlpack.to_dlpack aborts the process on them ("Check failed:
+# DataTypeCanUseMemcpy(dtype())", Tensor::tensor_data in tensorflow/core/framework/tensor.cc;
+# probe 2026-11-25, tensorflow 2.21.0), so they are refused before it is called.
+_OPAQUE = ("string", "variant", "resource")
+# to_dlpack raises "DT_QINT8 is not supported by dlpack" for these (tensorflow/c/eager/dlpack.cc
+# has no code for them; probe 2026-11-25, tensorflow 2.21.0). tf.bitcast takes the quantized ones
+# (same buffer, probe 2026-11-25); tf.cast takes int4/uint4, not int2/uint2/float4_e2m1fn.
+_QUANTIZED = {"qint8": "int8", "quint8": "uint8", "qint16": "int16", "quint16": "uint16", "qint32": "int32"}
+_NO_CODE = {"int4": "tf.cast(x, tf.int8)", "uint4": "tf.cast(x, tf.uint8)", "int2": None, "uint2": None,
+            "float4_e2m1fn": None}  # fmt: skip
 
 
 def _aligned_copy(info: DLPackInfo) -> Any:
@@ -88,9 +102,84 @@ class TensorflowAdapter(Adapter):
         return f"/GPU:{device[1]}" if device[0] == 2 else "/CPU:0"
 
     # --- producing ------------------------------------------------------------------------
+    @cached_property
+    def _special(self) -> dict[int, str]:
+        """id(TF dtype) -> its name, for the dtypes to_dlpack cannot take: opaque ones (it aborts)
+        and float8 (it raises; dlbridge exports their bytes). Keyed by id: TF's DType objects are
+        interned module-level singletons (``t.dtype is tf.string``), and DType.__hash__ costs
+        ~0.2 us a call, a fifth of a conversion (probe 2026-11-25, tensorflow 2.21.0)."""
+        tf = self.mod
+        names = (*_OPAQUE, *(n for n in BY_NAME if n.startswith("float8_")))
+        found = ((n, getattr(tf, n, None) or getattr(tf.dtypes.experimental, n, None)) for n in names)
+        return {id(d): n for n, d in found if isinstance(d, tf.dtypes.DType)}
+
+    def opaque(self, obj: Any) -> bool:
+        special = self._special.get(id(getattr(obj, "dtype", None)))
+        return special is not None and special in _OPAQUE
+
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         # Always a legacy capsule; the data is ready on return (to_dlpack's documented contract).
-        return self._dlpack.to_dlpack(obj)
+        special = self._special.get(id(obj.dtype))
+        if special is None:
+            return self._dlpack.to_dlpack(obj)
+        if special in _OPAQUE:
+            raise self._opaque_error(obj, special)
+        return self._export_float8(obj, special)
+
+    def _opaque_error(self, obj: Any, name: str) -> ProducerError:
+        what = {
+            "string": "holds variable-length byte strings, not fixed-size numbers",
+            "variant": "holds TensorFlow objects (tensor lists, datasets, optionals), not numbers",
+            "resource": "is a handle to a TensorFlow resource (a variable, a table), not data",
+        }[name]
+        fix = {
+            "string": "x.numpy() for a NumPy array of bytes objects (a copy), or tf.strings.to_number(x) for numbers",
+            "variant": "the tensors it holds (e.g. tf.raw_ops.TensorListStack for a tensor list)",
+            "resource": "the variable's value (v.value() or tf.raw_ops.ReadVariableOp)",
+        }[name]
+        return ProducerError(
+            f"a TensorFlow {name} tensor ({list(obj.shape)}) {what}: DLPack carries only arrays of numbers "
+            f"(TensorFlow would abort the process exporting it). Pass {fix}"
+        )
+
+    def _export_float8(self, obj: Any, name: str) -> Any:
+        # to_dlpack has no float8 codes and tf.bitcast takes no float8 (probe 2026-11-25, tensorflow
+        # 2.21.0: 'Value for attr T of float8_e4m3fn is not in the list of allowed values'). On the
+        # CPU, np.asarray(x) is an ml_dtypes array over the tensor's own buffer (EagerTensor.__array__
+        # -> _numpy(); same address, writes show in the tensor, it holds the buffer alive; probe
+        # 2026-11-25): exported the NumPy adapter's way (its bytes as uint8, relabelled float8).
+        if self.device_of(obj)[0] != 1:
+            raise ProducerError(
+                f"TensorFlow cannot export a {name} tensor on {obj.device} through DLPack (to_dlpack has no float8 "
+                "codes, and tf.bitcast takes no float8). Copy it to the CPU first (with tf.device('/CPU:0'): "
+                "tf.identity(x)), whose float8 tensors dlbridge shares zero-copy"
+            )
+        import numpy as np
+
+        from ._numpy import NumpyAdapter
+
+        # A 0-d tensor's __array__ gives a scalar copy; tf.reshape keeps the buffer (probe 2026-11-25).
+        scalar = obj.shape.rank == 0
+        host = np.asarray(self.mod.reshape(obj, [1]) if scalar else obj)
+        return NumpyAdapter().export(host.reshape(()) if scalar else host, stream=None, max_version=None)
+
+    def state_error(self, obj: Any) -> DLBridgeError | None:
+        name = getattr(getattr(obj, "dtype", None), "name", None)
+        if name in _QUANTIZED:
+            plain = _QUANTIZED[name]
+            return ProducerError(
+                f"a TensorFlow {name} tensor ({list(obj.shape)}): TensorFlow's DLPack export has no quantized "
+                f"dtypes. Pass tf.bitcast(x, tf.{plain}) for its {plain} values (same memory; the scale and zero "
+                "point stay yours to apply), or tf.quantization.dequantize(x, min_range, max_range) for float32"
+            )
+        if name in _NO_CODE:
+            fix = _NO_CODE[name]
+            way = f"pass {fix} (a copy)" if fix else "x.numpy() gives its values as an ml_dtypes NumPy array (a copy)"
+            return ProducerError(
+                f"a TensorFlow {name} tensor ({list(obj.shape)}): DLPack has no {name} dtype and TensorFlow's "
+                f"export refuses it; {way}"
+            )
+        return None
 
     # --- consuming ------------------------------------------------------------------------
     def from_dlpack(self) -> Any:
@@ -109,7 +198,19 @@ class TensorflowAdapter(Adapter):
             return None
         if self.has_cuda():  # the route replays CPU memory only (see JAX's)
             return None
-        return (2, self._dlpack.to_dlpack, (), None, None)
+        return (2, self._export_fast, (), None, None)
+
+    @cached_property
+    def _export_fast(self) -> Any:
+        """export() as a one-argument function (the fast route's export step), one call deep."""
+        to_dlpack, special, export = self._dlpack.to_dlpack, self._special, self.export
+
+        def export_one(obj: Any) -> Any:
+            if id(obj.dtype) in special:
+                return export(obj, stream=None, max_version=None)
+            return to_dlpack(obj)
+
+        return export_one
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         return (0, self._dlpack.from_dlpack, None)  # aligned CPU data only: import_alignment
@@ -131,7 +232,7 @@ class TensorflowAdapter(Adapter):
 
     def data_ptr(self, arr: Any) -> int:
         # TF has no public data pointer: read it off an exported capsule, freed unconsumed.
-        return read(self._dlpack.to_dlpack(arr)).data_ptr
+        return read(self._export_fast(arr)).data_ptr
 
     def copy(self, arr: Any) -> Any:
         # tf.identity forwards the same buffer on one device; DeepCopy always allocates.
