@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 
-from ._adapters import ADAPTERS, adapter_named
+from ._adapters import ADAPTERS, adapter_for, adapter_named
 from ._adapters._jax import JaxAdapter
 from ._api import convert
+from ._devices import device_of
 from ._errors import DLBridgeError, LayoutError, NotAnArrayError, OptionError
 from ._options import NOT_GIVEN
 
@@ -110,7 +111,8 @@ def from_shards(parts: Sequence[tuple[Index, Any]], sharding: jax.sharding.Shard
     Each part is converted to JAX on the device whose index (``sharding.addressable_devices_indices_map``)
     it carries: zero-copy where JAX can share it (64-byte aligned CPU memory; ``copy=False`` refuses a
     copy, ``copy=True`` always copies, e.g. for read-only NumPy parts, which JAX cannot import).
-    Parts with the same index (a replicated dimension) go to that index's devices in order. The global
+    Parts with the same index (a replicated dimension) go to that index's devices in order (on GPUs,
+    each to the device it is already on, where one is). The global
     shape is read off the indices (the largest stop per dimension) unless ``shape=`` is given (needed
     where this process does not hold the last shard of a dimension).
 
@@ -132,7 +134,7 @@ def from_shards(parts: Sequence[tuple[Index, Any]], sharding: jax.sharding.Shard
     for dev, span in wanted:
         waiting = free.get(span)
         if waiting:
-            order.append((dev, waiting.pop(0)))
+            order.append((dev, waiting.pop(_nearest(waiting, pairs, dev))))
         else:
             missing.append(f"{dev} needs {_text(span)}")
     extra = [f"part {i} at {_text(spans[i])}" for waiting in free.values() for i in waiting]
@@ -158,9 +160,7 @@ def from_shards(parts: Sequence[tuple[Index, Any]], sharding: jax.sharding.Shard
         )
     try:
         result: jax.Array = _JAX.mod.make_array_from_single_device_arrays(global_shape, sharding, arrays)
-    except DLBridgeError:
-        raise
-    except MemoryError:
+    except (DLBridgeError, MemoryError):
         raise
     except Exception as err:  # JAX's own check (a layout it disagrees with): named, not a crash
         raise OptionError(
@@ -281,6 +281,21 @@ def _device_spans(sharding: Any, global_shape: tuple[int, ...]) -> list[tuple[An
         full = tuple(index) + (slice(None),) * (len(global_shape) - len(index))
         out.append((dev, tuple(s.indices(n)[:2] for s, n in zip(full, global_shape))))
     return out
+
+
+def _nearest(waiting: list[int], pairs: list[tuple[Index, Any]], dev: Any) -> int:
+    """Which of the parts ``waiting`` for one index (a replicated one) ``dev`` takes: one already on
+    that GPU where there is one (no copy), else the first. Every CPU device is the same memory."""
+    if len(waiting) == 1 or getattr(dev, "platform", "cpu") == "cpu":
+        return 0
+    here = (2, getattr(dev, "local_hardware_id", None))  # DLPack's (kDLCUDA, id), as jax.dlpack numbers it
+    for k, i in enumerate(waiting):
+        try:
+            if device_of(pairs[i][1], adapter_for(pairs[i][1])) == here:
+                return k
+        except DLBridgeError:
+            continue
+    return 0
 
 
 def _describe(sharding: Any) -> str:

@@ -279,3 +279,38 @@ def test_readme_example_runs_as_written() -> None:
     assert y.sharding == x.sharding and np.allclose(np.asarray(y), np.sqrt(np.arange(8.0)))
     ptrs = {s.data.unsafe_buffer_pointer() for s in y.addressable_shards}
     assert ptrs == {t.data_ptr() for _, t in parts}  # the torch tensors' memory, not copies
+
+
+def test_a_zero_dimensional_array_round_trips() -> None:
+    jnp = need("jax.numpy")
+    x = jnp.float32(2.5)
+    ((index, t),) = dlbridge.shards(x, "torch")
+    assert index == () and t.shape == () and t.item() == 2.5
+    back = dlbridge.from_shards([(index, t)], x.sharding)
+    assert back.shape == () and float(back) == 2.5
+
+
+def test_a_replicated_gpu_index_takes_the_part_already_on_that_gpu() -> None:
+    """Parts with the same index (a replicated axis): each GPU takes the one on it (no copy); CPU
+    devices are one memory, so there the order is kept. Stand-ins: only __dlpack_device__ is read."""
+    from dlbridge._shards import _nearest
+
+    class On:
+        def __init__(self, gpu: int) -> None:
+            self.gpu = gpu
+
+        def __dlpack__(self, **_: object) -> None:
+            raise AssertionError("never exported")
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return (2, self.gpu)
+
+    class Dev:
+        def __init__(self, platform: str, hw: int) -> None:
+            self.platform, self.local_hardware_id = platform, hw
+
+    pairs = [((slice(None),), On(0)), ((slice(None),), On(1)), ((slice(None),), On(2))]
+    assert _nearest([0, 1, 2], pairs, Dev("gpu", 2)) == 2
+    assert _nearest([0, 1], pairs, Dev("gpu", 1)) == 1
+    assert _nearest([0, 1], pairs, Dev("gpu", 7)) == 0  # none there: the first (a copy)
+    assert _nearest([0, 1, 2], pairs, Dev("cpu", 2)) == 0
