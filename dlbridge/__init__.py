@@ -10,6 +10,8 @@ __all__ = [
     "to_tensorflow",
     "to_paddle",
     "convert",
+    "shards",
+    "from_shards",
     "inspect",
     "guard",
     "DLPackInfo",
@@ -57,6 +59,8 @@ from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
 from ._options import fallback_policy as fallback_policy
 from ._options import get_default_fallback as get_default_fallback
 from ._options import set_default_fallback as set_default_fallback
+from ._shards import from_shards as from_shards
+from ._shards import shards as shards
 from ._types import SupportsDLPack as SupportsDLPack
 
 if TYPE_CHECKING:

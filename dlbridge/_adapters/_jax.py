@@ -79,6 +79,47 @@ class JaxAdapter(Adapter):
             return 'JAX runs without 64-bit types: jax.config.update("jax_enable_x64", True) lets it hold them.'
         return None
 
+    def device_of(self, obj: Any) -> tuple[int, int]:
+        try:
+            return super().device_of(obj)
+        except BufferError:
+            # A sharded array has no one device (JAX refuses __dlpack_device__): its first shard's
+            # device, so that the export, where the target is known, names the fix (export_failed).
+            if self.sharded_over(obj) > 1:
+                return super().device_of(obj.addressable_shards[0].data)
+            raise
+
+    def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
+                      copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
+        if self.sharded_over(obj) > 1:
+            raise self.sharded_error(obj, target.name if target is not None else None)
+        return super().export_failed(obj, stream=stream, max_version=max_version, copy=copy, target=target, dtype=dtype)
+
+    @staticmethod
+    def sharded_over(obj: Any) -> int:
+        """How many devices ``obj``'s sharding spans (0: not a concrete array with a sharding)."""
+        try:
+            return len(obj.sharding.device_set)
+        except Exception:  # a tracer, a deleted array, ...: not a sharding question
+            return 0
+
+    def sharded_error(self, obj: Any, target: str | None) -> ProducerError:
+        """The refusal of an array that spans several devices: no single buffer to share."""
+        to = target or "torch"
+        spread = len(obj.sharding.device_set)
+        if getattr(obj, "is_fully_replicated", False):
+            what = f"replicated on {spread} devices (each holds all of it)"
+            one = "; x.addressable_data(0) is one device's copy, which dlbridge shares zero-copy"
+        else:
+            what = f"sharded over {spread} devices ({type(obj.sharding).__name__})"
+            one = ""
+        return ProducerError(
+            f"the JAX array ({obj.dtype}{list(obj.shape)}) is {what}, so it has no single buffer to hand over "
+            f'(JAX refuses DLPack for it); dlbridge.shards(x, "{to}") gives each addressable shard zero-copy '
+            f"with its index (dlbridge.from_shards(parts, x.sharding) rebuilds the sharded array), or "
+            f"jax.device_get(x) / np.asarray(x) gathers a copy on the host{one}"
+        )
+
     def state_error(self, obj: Any) -> DLBridgeError | None:
         if isinstance(obj, self.mod.core.Tracer):
             return ProducerError(
@@ -92,6 +133,8 @@ class JaxAdapter(Adapter):
                 f"the JAX array ({obj.dtype}{list(obj.shape)}) was deleted (x.delete(), or donated to a jitted "
                 "function) and has no data left; convert it before it is deleted or donated"
             )
+        if self.sharded_over(obj) > 1:
+            return self.sharded_error(obj, None)
         return None
 
     def has_cuda(self) -> bool:

@@ -47,3 +47,14 @@ def arrays_support_dlpack(t: torch.Tensor, n: np.ndarray[Any, Any]) -> None:
     b: SupportsDLPack = n
     c: SupportsDLPack = 3  # type: ignore[assignment]
     del a, b, c
+
+
+def shards_are_typed_per_target(x: jax.Array) -> None:
+    assert_type(dlbridge.shards(x, "torch"), list[tuple[tuple[slice, ...], torch.Tensor]])
+    assert_type(dlbridge.shards(x, "numpy"), list[tuple[tuple[slice, ...], np.ndarray[Any, Any]]])
+    assert_type(dlbridge.shards(x, "jax", copy=True), list[tuple[tuple[slice, ...], jax.Array]])
+    assert_type(dlbridge.shards(x, np), list[tuple[tuple[slice, ...], Any]])
+    parts = dlbridge.shards(x, "torch", dtype="float32")
+    assert_type(dlbridge.from_shards(parts, x.sharding), jax.Array)
+    assert_type(dlbridge.from_shards(parts, x.sharding, shape=x.shape, copy=False), jax.Array)
+    dlbridge.from_shards(parts, x.sharding, shape=3)  # type: ignore[arg-type]
