@@ -105,7 +105,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
     if source is None and not hasattr(cls, "__dlpack__"):
         raise symbolic_error(cls) or NotAnArrayError(
             f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {cls.__module__}."
-            f"{cls.__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
+            f"{cls.__qualname__}; wrap Python data with your framework first (e.g. {HOST.wrap_call})"
         )
     if dtype is None and _views and id(x) in _views:  # x may be a view dlbridge made (none: one dict test)
         dtype = _logical.recall(x, inspect(x))  # its own memory (the export below may be a copy)
@@ -533,7 +533,7 @@ def _upload(x: Any, target: Adapter, plan: Plan, probe: DLPackInfo, dst_dev: tup
     array), labels them with the dtype it imports (plan.wire), and the plan is applied there."""
     width = BY_NAME[plan.wire].width
     host = _convert(x, HOST, "raise", unsigned_of_width(width) or plan.wire, None, None, None)
-    writable = None if host.flags.writeable else True  # the upload copies: a read-only source is fine
+    writable = True if HOST.is_readonly(host) else None  # the upload copies: a read-only source is fine
     try:
         if 1 in target.device_codes:
             moved = target.to_device(_convert(host, target, "raise", plan.wire, None, writable, None), dst_dev)

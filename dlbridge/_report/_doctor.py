@@ -143,8 +143,7 @@ def _import_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
         out.append(f"{who} exports {_names(set(caps.exports_uint8))} arrays labelled uint8; dlbridge relabels its "
                    "own exports with the true dtype.")  # fmt: skip
     if caps.readonly_imports:
-        out.append(f"{who} imports every DLPack capsule as a read-only array; dlbridge gives the memory of mutable "
-                   "producers (torch, NumPy) back writable and zero-copy, as NumPy 2.2+ does.")  # fmt: skip
+        out.append(f"{who} imports every DLPack capsule as a read-only array; {ADAPTERS[name].readonly_imports_note}")
     if caps.offset_needs_strides:
         out.append(f"{who} refuses a byte_offset on a capsule without strides (legal DLPack; "
                    f"{_source(name, 'offset_needs_strides')}); dlbridge has the producer re-export it densely.")  # fmt: skip
