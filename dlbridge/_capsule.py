@@ -272,13 +272,13 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
             _unsupported_major(head.major, head.minor)
         major, minor, _, _, flags, data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, \
             byte_offset = _VERSIONED_STRUCT.unpack_from(_VersionedBytes.from_address(address))  # fmt: skip
-        versioned, version = True, (major, minor)
+        version = (major, minor)
     elif name == LEGACY:
         address = _get_pointer(capsule, LEGACY) or _null(name)
         data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset = (
             _HEAD_STRUCT.unpack_from(_HeadBytes.from_address(address))
         )
-        versioned, flags, version = False, 0, None
+        flags, version = 0, None
     else:
         _bad_name(name)
     if not 0 <= ndim <= MAX_NDIM:
@@ -295,7 +295,16 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
         shape, strides = (), None
     if bits == 0 or lanes == 0:
         raise CapsuleError(f"DLPack capsule has dtype bits={bits}, lanes={lanes}; both must be >= 1")
-    info = _object_new(DLPackInfo)
+    return _checked_info(code, bits, lanes, device_type, device_id, shape, strides, byte_offset, data, flags,
+                         version, producer)  # fmt: skip
+
+
+def _checked_info(code: int, bits: int, lanes: int, device_type: int, device_id: int, shape: tuple[int, ...],
+                  strides: tuple[int, ...] | None, byte_offset: int, data: int, flags: int,
+                  version: tuple[int, int] | None, producer: str | None) -> DLPackInfo:  # fmt: skip
+    """``read``'s second half: the DLPackInfo for a header's fields, refused when a non-empty tensor
+    has no data or reaches outside the address space. One call, no allocation but the info's own."""
+    info = _object_new(DLPackInfo)  # __dict__ installed at once: see _object_new above
     _object_setattr(
         info,
         "__dict__",
@@ -311,7 +320,7 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
             "byte_offset": byte_offset,
             "data_ptr": data + byte_offset,
             "readonly": bool(flags & FLAG_READ_ONLY),
-            "versioned": versioned,
+            "versioned": version is not None,
             "version": version,
             "producer": producer,
             "flags": flags,

@@ -105,7 +105,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
     if source is None and not hasattr(cls, "__dlpack__"):
         raise symbolic_error(cls) or NotAnArrayError(
             f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {cls.__module__}."
-            f"{cls.__qualname__}; wrap Python data with your framework first (e.g. numpy.asarray)"
+            f"{cls.__qualname__}; wrap Python data with your framework first (e.g. {HOST.wrap_call})"
         )
     if dtype is None and _views and id(x) in _views:  # x may be a view dlbridge made (none: one dict test)
         dtype = _logical.recall(x, inspect(x))  # its own memory (the export below may be a copy)
@@ -499,10 +499,28 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
     if stream is not None and dst_dev[0] not in GPU_CODES:
         raise OptionError(f"stream={stream!r} on {device_name(dst_dev[0])}: only stream=None is valid off the GPU")
     wire = stream if dst_dev[0] in GPU_CODES else None
-    real = device_of(x, source)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
-    here = f"{device_name(real[0])}:{real[1]}"
     there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
+    _check_move_allowed(x, source, target, src_dev, dst_dev, device, copy, there)
+    # Decide the dtype first, so an unsupported one raises before any copy is made.
+    probe = inspect(x)
+    plan = plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()")
+    if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
+        moved = _moved_by(source, x, dst_dev, target, probe, there)  # every adapter can bring its arrays to the host
+        # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
+        return _convert(moved, target, fallback, dtype, dst_dev if dst_dev[0] == 1 else None, None, wire)
+    if src_dev[0] == 1:
+        return _upload(x, target, plan, probe, dst_dev, wire, there)
+    if dst_dev[0] == 1:
+        return _from_capsule(_host_capsule(x, target, probe), target, fallback, dtype, dst_dev, None, None)
+    raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")
+
+
+def _check_move_allowed(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
+                        dst_dev: tuple[int, int], device: Any, copy: bool | None, there: str) -> None:  # fmt: skip
+    """Refuse a move the caller did not ask for (a copy they must opt into), or to a device the target lacks."""
     if copy is False or (copy is None and device is None):
+        real = device_of(x, source)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
+        here = f"{device_name(real[0])}:{real[1]}"
         home = dst_dev if dst_dev != src_dev else target.home_device
         hint = f'pass device="{device_name(home[0])}" or copy=True to copy it there'
         why = "copy=False forbids the copy" if copy is False else "that needs a copy"
@@ -513,50 +531,54 @@ def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tupl
         )  # fmt: skip
     if dst_dev[0] not in target.device_codes:
         raise DeviceMismatchError(f"to_{target.name}(): {target.name} cannot live on {there}")
-    # Decide the dtype first, so an unsupported one raises before any copy is made.
-    probe = inspect(x)
-    plan = plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()")
-    if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
-        try:
-            moved = source.to_device(x, dst_dev)  # every adapter can bring its arrays to the host
-        except Exception as err:  # e.g. a CPU-only build asked for CUDA
-            raise DeviceMismatchError(
-                f"to_{target.name}(): {source.name} could not copy {probe.describe()} to {there}: "
-                f"{type(err).__name__}: {err}"
-            ) from err
-        # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
-        return _convert(moved, target, fallback, dtype, dst_dev if dst_dev[0] == 1 else None, None, wire)
-    if src_dev[0] == 1:
-        # CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
-        # array), labels them with the dtype it imports (plan.wire), and the plan is applied there.
-        width = BY_NAME[plan.wire].width
-        host = _convert(x, HOST, "raise", unsigned_of_width(width) or plan.wire, None, None, None)
-        writable = None if host.flags.writeable else True  # the upload copies: a read-only source is fine
-        try:
-            if 1 in target.device_codes:
-                moved = target.to_device(_convert(host, target, "raise", plan.wire, None, writable, None), dst_dev)
-            else:
-                moved = _convert(target.from_host(host, dst_dev), target, "raise", plan.wire, None, None, wire)
-        except DLBridgeError:
-            raise
-        except Exception as err:  # e.g. a CPU-only build asked for CUDA
-            raise DeviceMismatchError(
-                f"to_{target.name}(): {target.name} could not copy {probe.describe()} to {there}: "
-                f"{type(err).__name__}: {err}"
-            ) from err
-        return _finish(moved, plan, target, None)
-    if dst_dev[0] == 1:
-        caps = target.capabilities()
-        try:
-            capsule = x.__dlpack__(
-                dl_device=(1, 0), copy=True, max_version=MAX_VERSION if caps.versioned_capsules else None
-            )
-        except Exception as err:
-            raise DeviceMismatchError(
-                f"to_{target.name}(): {probe.producer} cannot copy {probe.describe()} to the CPU through "
-                f"DLPack (__dlpack__(dl_device=(1, 0), copy=True) raised {type(err).__name__}: {err})"
-            ) from err
-        if type(capsule) is not CapsuleType:
-            raise CapsuleError(f"{type(x).__name__}.__dlpack__(dl_device=...) returned {type(capsule).__name__}")
-        return _from_capsule(capsule, target, fallback, dtype, dst_dev, None, None)
-    raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")
+
+
+def _moved_by(adapter: Adapter, x: Any, dst_dev: tuple[int, int], target: Adapter, probe: DLPackInfo,
+              there: str) -> Any:  # fmt: skip
+    """``adapter.to_device(x, dst_dev)``, its failure (e.g. a CPU-only build asked for CUDA) a DeviceMismatchError."""
+    try:
+        return adapter.to_device(x, dst_dev)
+    except Exception as err:
+        raise DeviceMismatchError(
+            f"to_{target.name}(): {adapter.name} could not copy {probe.describe()} to {there}: "
+            f"{type(err).__name__}: {err}"
+        ) from err
+
+
+def _upload(x: Any, target: Adapter, plan: Plan, probe: DLPackInfo, dst_dev: tuple[int, int], wire: int | None,
+            there: str) -> Any:  # fmt: skip
+    """CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
+    array), labels them with the dtype it imports (plan.wire), and the plan is applied there."""
+    width = BY_NAME[plan.wire].width
+    host = _convert(x, HOST, "raise", unsigned_of_width(width) or plan.wire, None, None, None)
+    writable = True if HOST.is_readonly(host) else None  # the upload copies: a read-only source is fine
+    try:
+        if 1 in target.device_codes:
+            moved = target.to_device(_convert(host, target, "raise", plan.wire, None, writable, None), dst_dev)
+        else:
+            moved = _convert(target.from_host(host, dst_dev), target, "raise", plan.wire, None, None, wire)
+    except DLBridgeError:
+        raise
+    except Exception as err:  # e.g. a CPU-only build asked for CUDA
+        raise DeviceMismatchError(
+            f"to_{target.name}(): {target.name} could not copy {probe.describe()} to {there}: "
+            f"{type(err).__name__}: {err}"
+        ) from err
+    return _finish(moved, plan, target, None)
+
+
+def _host_capsule(x: Any, target: Adapter, probe: DLPackInfo) -> Any:
+    """A capsule of a CPU copy of ``x``, asked of a producer dlbridge has no adapter for (DLPack 1.0 dl_device=)."""
+    caps = target.capabilities()
+    try:
+        capsule = x.__dlpack__(
+            dl_device=(1, 0), copy=True, max_version=MAX_VERSION if caps.versioned_capsules else None
+        )
+    except Exception as err:
+        raise DeviceMismatchError(
+            f"to_{target.name}(): {probe.producer} cannot copy {probe.describe()} to the CPU through "
+            f"DLPack (__dlpack__(dl_device=(1, 0), copy=True) raised {type(err).__name__}: {err})"
+        ) from err
+    if type(capsule) is not CapsuleType:
+        raise CapsuleError(f"{type(x).__name__}.__dlpack__(dl_device=...) returned {type(capsule).__name__}")
+    return capsule

@@ -107,28 +107,8 @@ def guard(to: Any, /, *, args: Any = None, returns: Any = NOT_GIVEN, convert: bo
         raise OptionError(usage(to))
     target = adapter_named(to)
     to_label = to if isinstance(to, str) else target.name
-    if fallback is not NOT_GIVEN and fallback is not None:
-        fallback = check_fallback(fallback)
-    if copy is not None and copy is not True and copy is not False:
-        raise OptionError(f"guard(copy={describe(copy)}); expected True, False or None")
-    if not convert:
-        given = [n for n, v in (("fallback", fallback), ("device", device), ("copy", copy), ("stream", stream))
-                 if v is not NOT_GIVEN and v is not None]  # fmt: skip
-        if given:
-            raise OptionError(
-                f"guard({to_label!r}, convert=False) converts nothing, so {', '.join(f'{g}=' for g in given)} "
-                "would have no effect; drop it, or drop convert=False"
-            )
-    back: Any
-    if returns is None or returns is NOT_GIVEN:
-        back = returns
-    elif isinstance(returns, (str, ModuleType)):
-        back = adapter_named(returns)
-    else:
-        raise OptionError(
-            f"guard({to_label!r}, returns=...) received {describe(returns)}; expected a framework name "
-            f"({', '.join(sorted(ADAPTERS))}), its module, or None to leave results as the body made them"
-        )
+    fallback = _checked_options(to_label, convert, fallback, device, copy, stream)
+    back = _returns_target(to_label, returns)
 
     def decorate(fn: Any) -> Any:
         if isinstance(fn, (staticmethod, classmethod)):
@@ -142,6 +122,36 @@ def guard(to: Any, /, *, args: Any = None, returns: Any = NOT_GIVEN, convert: bo
         return _wrap(fn, spec)
 
     return decorate
+
+
+def _checked_options(to_label: str, convert: bool, fallback: Any, device: Any, copy: bool | None,
+                     stream: int | None) -> Any:  # fmt: skip
+    """Refuse bad options at decoration time, not at the first call; the checked ``fallback``."""
+    if fallback is not NOT_GIVEN and fallback is not None:
+        fallback = check_fallback(fallback)
+    if copy is not None and copy is not True and copy is not False:
+        raise OptionError(f"guard(copy={describe(copy)}); expected True, False or None")
+    if not convert:
+        given = [n for n, v in (("fallback", fallback), ("device", device), ("copy", copy), ("stream", stream))
+                 if v is not NOT_GIVEN and v is not None]  # fmt: skip
+        if given:
+            raise OptionError(
+                f"guard({to_label!r}, convert=False) converts nothing, so {', '.join(f'{g}=' for g in given)} "
+                "would have no effect; drop it, or drop convert=False"
+            )
+    return fallback
+
+
+def _returns_target(to_label: str, returns: Any) -> Any:
+    """``returns=`` as the guard keeps it: None or NOT_GIVEN as given, a name or module as its adapter."""
+    if returns is None or returns is NOT_GIVEN:
+        return returns
+    if isinstance(returns, (str, ModuleType)):
+        return adapter_named(returns)
+    raise OptionError(
+        f"guard({to_label!r}, returns=...) received {describe(returns)}; expected a framework name "
+        f"({', '.join(sorted(ADAPTERS))}), its module, or None to leave results as the body made them"
+    )
 
 
 def _wrap(fn: Any, spec: _Spec) -> Callable[..., Any]:

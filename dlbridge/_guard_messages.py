@@ -47,7 +47,8 @@ def usage(to: object) -> str:
     from ._adapters import ADAPTERS
 
     names = ", ".join(sorted(ADAPTERS))
-    how = f'name the framework the body is written for: @dlbridge.guard("torch") (one of {names}, or the module)'
+    example = next(iter(ADAPTERS))  # the table's first framework
+    how = f'name the framework the body is written for: @dlbridge.guard("{example}") (one of {names}, or the module)'
     if callable(to) and not isinstance(to, type):
         name = getattr(to, "__qualname__", None) or getattr(to, "__name__", None) or repr(to)
         return f"@dlbridge.guard was applied to {name}() without a target framework; {how}"

@@ -35,7 +35,7 @@ ADAPTERS: dict[str, Adapter] = {
 }
 _NAMES: dict[str, Adapter] = {
     **{alias: a for a in ADAPTERS.values() for alias in (a.name, a.module, *a.aliases)},
-    "jax.numpy": ADAPTERS["jax"],
+    **{alias: a for a in ADAPTERS.values() for alias in a.module_aliases},
 }
 # The CPU framework any CPU capsule can land in (staging for copies, the report's reference arrays).
 HOST: Adapter = next(a for a in ADAPTERS.values() if a.host)
@@ -121,14 +121,8 @@ def producer_error(x: object, err: BaseException, call: str) -> DLBridgeError:
 def symbolic_error(cls: type) -> DLBridgeError | None:
     """For a placeholder a framework traces with (no data, often no ``__dlpack__``): what to do."""
     module = cls.__module__
-    if isinstance(module, str) and module.startswith("tensorflow.") and "Symbolic" in cls.__name__:
-        # tf.function traces with SymbolicTensor, which has no __dlpack__ (probe 2026-11-23, TF 2.21).
-        return ProducerError(
-            f"a symbolic TensorFlow tensor ({cls.__name__}, inside tf.function or a graph) has no data to "
-            "share; call it outside tf.function, or inside tf.py_function / tf.numpy_function, which run "
-            "on concrete values"
-        )
-    return None
+    adapter = _BY_MODULE.get(module.partition(".")[0]) if isinstance(module, str) else None
+    return adapter.symbolic_error(cls) if adapter is not None else None
 
 
 def producer_name(obj: object) -> str | None:

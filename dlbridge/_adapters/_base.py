@@ -17,12 +17,10 @@ from .._capabilities import Capabilities, capabilities
 from .._capsule import Carrier
 from .._errors import DLBridgeError, MissingFrameworkError
 
-__all__ = ["Adapter", "AsIs", "FastExport", "export_capsule", "aligned_copy", "raw_bits"]
+__all__ = ["Adapter", "AsIs", "FastExport", "export_capsule"]
 
 # What Adapter.fast_export returns: (kind, handle, guards, alias, relabel).
 FastExport = tuple[int, Any, tuple[tuple[str, bool, Any], ...], "str | None", "dict[Any, tuple[Any, int]] | None"]
-
-_ALIGN = 64
 
 
 class AsIs(Exception):  # a signal, caught in _convert
@@ -50,26 +48,6 @@ def export_capsule(obj: Any, *, stream: int | None, max_version: tuple[int, int]
         return obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
 
 
-def raw_bits(ref: Any) -> Any:
-    """A NumPy array as one any framework understands: ml_dtypes data as same-width unsigned ints."""
-    return ref.view(f"u{ref.dtype.itemsize}") if ref.dtype.type.__module__ == "ml_dtypes" else ref
-
-
-def aligned_copy(a: Any) -> Any:
-    """A C-ordered copy of NumPy array ``a`` at a 64-byte aligned address.
-
-    Some consumers copy CPU buffers that are not aligned the way XLA wants (64 bytes) while NumPy
-    aligns its own allocations to 16 only: without this a zero-copy check would depend on chance.
-    """
-    import numpy as np
-
-    buf = np.empty(a.nbytes + _ALIGN, dtype=np.uint8)
-    start = -buf.ctypes.data % _ALIGN
-    out = buf[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
-
-
 class Adapter:
     name: ClassVar[str]
     module: ClassVar[str]  # what ``import`` loads
@@ -88,6 +66,8 @@ class Adapter:
     # report's reference arrays). Exactly one adapter is the host.
     host: ClassVar[bool] = False
     aliases: ClassVar[tuple[str, ...]] = ()
+    # Other modules that name it as a target (convert(x, "jax.numpy")); unlike aliases, not CLI names.
+    module_aliases: ClassVar[tuple[str, ...]] = ()
     array_type: ClassVar[tuple[str, str]]  # (module in sys.modules, attribute) of its array class
     producer_modules: ClassVar[tuple[str, ...]] = ()  # top-level __module__ names of its arrays
     device_codes: ClassVar[frozenset[int]] = frozenset({1})  # DLPack device types it can live on
@@ -102,6 +82,12 @@ class Adapter:
     # Whether its arrays may be written (JAX's may not): decides whether NumPy < 2.2, which makes
     # every import read-only, gets this producer's memory back writable, as NumPy 2.2+ would.
     mutable_arrays: ClassVar[bool] = True
+    # For messages: the call that makes one of its arrays from Python data ("numpy.asarray").
+    wrap_call: ClassVar[str] = ""
+    # The module that gives its arrays the dtypes it lacks natively (bf16/fp8), if any.
+    dtype_addon: ClassVar[str] = ""
+    # For ``dlbridge doctor``, where it imports capsules read-only: what dlbridge does about it.
+    readonly_imports_note: ClassVar[str] = "dlbridge gives the memory of mutable producers back writable and zero-copy."
 
     # --- detection (never imports) -----------------------------------------------------
     def array_class(self) -> type | None:
@@ -224,6 +210,11 @@ class Adapter:
         error = self.state_error(obj)
         if error is not None:
             raise error
+        return None
+
+    def symbolic_error(self, cls: type) -> DLBridgeError | None:
+        """For ``cls``, a placeholder this framework traces with (no data, often no ``__dlpack__``):
+        an error saying what to do instead; None when ``cls`` is not one."""
         return None
 
     def state_error(self, obj: Any) -> DLBridgeError | None:

@@ -4,8 +4,8 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from .._errors import UnsupportedDtypeError
-from ._base import Adapter, FastExport, export_capsule, raw_bits
-from ._numpy import numpy_dtype
+from ._base import Adapter, FastExport, export_capsule
+from ._numpy import numpy_dtype, raw_bits
 
 
 class CupyAdapter(Adapter):

@@ -18,6 +18,7 @@ class JaxAdapter(Adapter):
     module = "jax"
     array_type = ("jax", "Array")
     producer_modules = ("jax", "jaxlib")
+    module_aliases = ("jax.numpy",)
     device_codes = frozenset({1, 2, 10})
     display = "JAX"
     distributions = ("jax",)

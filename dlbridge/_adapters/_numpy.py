@@ -9,7 +9,9 @@ from .._capabilities import installed_version
 from .._capsule import relabel
 from .._dtypes import BY_NAME
 from .._errors import ProducerError, UnsupportedDtypeError
-from ._base import Adapter, AsIs, FastExport, aligned_copy, export_capsule
+from ._base import Adapter, AsIs, FastExport, export_capsule
+
+_ALIGN = 64
 
 
 @lru_cache(maxsize=64)
@@ -44,6 +46,26 @@ class _Writable:
         self._imported = imported
 
 
+def raw_bits(ref: Any) -> Any:
+    """A NumPy array as one any framework understands: ml_dtypes data as same-width unsigned ints."""
+    return ref.view(f"u{ref.dtype.itemsize}") if ref.dtype.type.__module__ == "ml_dtypes" else ref
+
+
+def aligned_copy(a: Any) -> Any:
+    """A C-ordered copy of NumPy array ``a`` at a 64-byte aligned address.
+
+    Some consumers copy CPU buffers that are not aligned the way XLA wants (64 bytes) while NumPy
+    aligns its own allocations to 16 only: without this a zero-copy check would depend on chance.
+    """
+    import numpy as np
+
+    buf = np.empty(a.nbytes + _ALIGN, dtype=np.uint8)
+    start = -buf.ctypes.data % _ALIGN
+    out = buf[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
 class NumpyAdapter(Adapter):
     name = "numpy"
     module = "numpy"
@@ -57,6 +79,11 @@ class NumpyAdapter(Adapter):
     extra = "numpy"
     producer_devices = ("cpu",)
     host = True
+    wrap_call = "numpy.asarray"
+    dtype_addon = "ml_dtypes"
+    readonly_imports_note = (
+        "dlbridge gives the memory of mutable producers (torch, NumPy) back writable and zero-copy, as NumPy 2.2+ does."
+    )
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         dtype = obj.dtype

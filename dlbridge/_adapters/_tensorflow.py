@@ -78,6 +78,16 @@ class TensorflowAdapter(Adapter):
         kind, _, index = obj.device.rpartition("device:")[2].partition(":")
         return (2 if kind == "GPU" else 1, int(index or 0))
 
+    def symbolic_error(self, cls: type) -> DLBridgeError | None:
+        if not (cls.__module__.startswith(f"{self.module}.") and "Symbolic" in cls.__name__):
+            return None
+        # tf.function traces with SymbolicTensor, which has no __dlpack__ (probe 2026-11-23, TF 2.21).
+        return ProducerError(
+            f"a symbolic TensorFlow tensor ({cls.__name__}, inside tf.function or a graph) has no data to "
+            "share; call it outside tf.function, or inside tf.py_function / tf.numpy_function, which run "
+            "on concrete values"
+        )
+
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.config.list_physical_devices("GPU"))

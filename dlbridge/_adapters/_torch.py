@@ -9,7 +9,8 @@ from typing import Any
 from .._capabilities import Capabilities
 from .._capsule import GPU_CODES, device_name, is_exchange_api
 from .._errors import DLBridgeError, ProducerError
-from ._base import Adapter, AsIs, FastExport, aligned_copy, export_capsule, raw_bits
+from ._base import Adapter, AsIs, FastExport, export_capsule
+from ._numpy import aligned_copy, raw_bits
 
 # torch's Tensor.__dlpack__ refuses a tensor that requires grad or has its conjugate bit set, but
 # exports one with the negative bit set as its bare memory, without the sign (probe 2026-11-23,

@@ -13,7 +13,7 @@ from importlib import metadata
 
 from .. import _accelerator
 from .._adapters import ADAPTERS
-from .._capabilities import TABLE, capabilities, missing_requirements
+from .._capabilities import TABLE, Capabilities, capabilities, missing_requirements
 from .._dtypes import BY_NAME, FLOAT8
 from .._options import ENV_VAR, get_default_fallback
 from ._cases import BASE_DTYPES, FRAMEWORKS, install_hint
@@ -76,61 +76,81 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
         if caps.crashes_on_reject:
             out.append(f"{who} crashes the process on a capsule it rejects (bf16, fp8, lanes != 1; "
                        f"{_source(name, 'crashes_on_reject')}); dlbridge never hands it one.")  # fmt: skip
-        unheld = {d for d in BASE_DTYPES if d not in caps.holds}
-        reinterpreted = caps.holds - caps.imports
-        if reinterpreted:
-            out.append(f"{who} cannot import {_names(set(reinterpreted))} through DLPack; "
-                       "dlbridge imports the bits as unsigned integers and views them as the true dtype (zero-copy).")  # fmt: skip
-        needs: dict[str, set[str]] = {}
-        for dtype in BY_NAME:  # dtypes a newer ml_dtypes would add (e.g. fp8 kinds of ml_dtypes 0.5)
-            for requirement in missing_requirements(name, version, dtype):
-                if ">=" in requirement:
-                    needs.setdefault(requirement, set()).add(dtype)
-        for requirement, dtypes in sorted(needs.items()):
-            module = requirement.partition(">=")[0]
-            have = versions.get(module) or "not installed"
-            out.append(f"{who} cannot hold {_names(dtypes)} with {module} {have}: they need {requirement} "
-                       f"(pip install -U {module}); dlbridge raises UnsupportedDtypeError until then.")  # fmt: skip
-        if unheld:
-            installs = sorted({m for d in unheld for m in missing_requirements(name, version, d)})
-            gains = sorted(d for d in unheld if any(missing_requirements(name, version, d)))
-            wanted = " ".join(f'"{m}"' if ">" in m else m for m in installs)
-            extra = f" (pip install {wanted} would add {_names(set(gains))})" if installs else ""
-            out.append(f"{who} cannot hold {_names(unheld)}{extra}: dlbridge raises UnsupportedDtypeError; "
-                       'fallback="view" gives a zero-copy unsigned-integer view instead.')  # fmt: skip
-        if not caps.negative_strides and not caps.compact_only:
-            # The table has no negative_strides row for it; see the comment in _capabilities.TABLE.
-            out.append(f"{who} cannot import negative strides safely (seen aborting the process on a reversed "
-                       "view, a[::-1]); dlbridge hands it a dense copy instead.")  # fmt: skip
-        if caps.row_major_only:
-            out.append(f"{who} refuses or misreads every layout but row-major (transposed views too; "
-                       f"{_source(name, 'row_major_only')}); dlbridge hands it a dense copy "
-                       "(copy=False raises LayoutError).")  # fmt: skip
-        elif caps.compact_only:
-            out.append(f"{who} refuses strides with gaps (sliced views such as a[:, ::2]); dlbridge hands it a dense "
-                       "copy (copy=False raises LayoutError).")  # fmt: skip
-        if caps.copy_crashes_unaligned:
-            out.append(f"{who} can crash copying an array imported from an unaligned buffer "
-                       f"({_source(name, 'copy_crashes_unaligned')}); dlbridge's copy=True copies through the host "
-                       "instead.")  # fmt: skip
-        if caps.exports_uint8:
-            out.append(f"{who} exports {_names(set(caps.exports_uint8))} arrays labelled uint8; dlbridge relabels its "
-                       "own exports with the true dtype.")  # fmt: skip
-        if caps.readonly_imports:
-            out.append(f"{who} imports every DLPack capsule as a read-only array; dlbridge gives the memory of mutable "
-                       "producers (torch, NumPy) back writable and zero-copy, as NumPy 2.2+ does.")  # fmt: skip
-        if caps.offset_needs_strides:
-            out.append(f"{who} refuses a byte_offset on a capsule without strides (legal DLPack; "
-                       f"{_source(name, 'offset_needs_strides')}); dlbridge has the producer re-export it densely.")  # fmt: skip
-        if not caps.readonly_arrays:
-            legacy = "" if caps.versioned_capsules else " and reads only legacy capsules, which cannot say so"
-            out.append(f"{who} has no read-only arrays{legacy}: dlbridge refuses read-only sources (ReadOnlyError) "
-                       "unless copy=True.")  # fmt: skip
+        out += _dtype_hazards(name, version, caps, who, versions)
+        out += _layout_hazards(name, caps, who)
+        out += _import_hazards(name, caps, who)
         after = [m for m in ADAPTERS[name].unsafe_after if importlib.util.find_spec(m) is not None]
         if after:
             out.append(f"{who} crashes the process when imported after {' or '.join(after)}: import it first "
                        "(dlbridge refuses to import it late, and its report imports it first).")  # fmt: skip
         out += ADAPTERS[name].doctor_notes(version)
+    return out
+
+
+def _dtype_hazards(name: str, version: str, caps: Capabilities, who: str, versions: dict[str, str | None]) -> list[str]:
+    """Dtypes the framework imports only as bits, or cannot hold (and what install would help)."""
+    out: list[str] = []
+    unheld = {d for d in BASE_DTYPES if d not in caps.holds}
+    reinterpreted = caps.holds - caps.imports
+    if reinterpreted:
+        out.append(f"{who} cannot import {_names(set(reinterpreted))} through DLPack; "
+                   "dlbridge imports the bits as unsigned integers and views them as the true dtype (zero-copy).")  # fmt: skip
+    needs: dict[str, set[str]] = {}
+    for dtype in BY_NAME:  # dtypes a newer companion would add (e.g. fp8 kinds of ml_dtypes 0.5)
+        for requirement in missing_requirements(name, version, dtype):
+            if ">=" in requirement:
+                needs.setdefault(requirement, set()).add(dtype)
+    for requirement, dtypes in sorted(needs.items()):
+        module = requirement.partition(">=")[0]
+        have = versions.get(module) or "not installed"
+        out.append(f"{who} cannot hold {_names(dtypes)} with {module} {have}: they need {requirement} "
+                   f"(pip install -U {module}); dlbridge raises UnsupportedDtypeError until then.")  # fmt: skip
+    if unheld:
+        installs = sorted({m for d in unheld for m in missing_requirements(name, version, d)})
+        gains = sorted(d for d in unheld if any(missing_requirements(name, version, d)))
+        wanted = " ".join(f'"{m}"' if ">" in m else m for m in installs)
+        extra = f" (pip install {wanted} would add {_names(set(gains))})" if installs else ""
+        out.append(f"{who} cannot hold {_names(unheld)}{extra}: dlbridge raises UnsupportedDtypeError; "
+                   'fallback="view" gives a zero-copy unsigned-integer view instead.')  # fmt: skip
+    return out
+
+
+def _layout_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
+    """Strides the framework refuses or misreads (dlbridge hands it a dense copy)."""
+    out: list[str] = []
+    if not caps.negative_strides and not caps.compact_only:
+        # The table has no negative_strides row for it; see the comment in _capabilities.TABLE.
+        out.append(f"{who} cannot import negative strides safely (seen aborting the process on a reversed "
+                   "view, a[::-1]); dlbridge hands it a dense copy instead.")  # fmt: skip
+    if caps.row_major_only:
+        out.append(f"{who} refuses or misreads every layout but row-major (transposed views too; "
+                   f"{_source(name, 'row_major_only')}); dlbridge hands it a dense copy "
+                   "(copy=False raises LayoutError).")  # fmt: skip
+    elif caps.compact_only:
+        out.append(f"{who} refuses strides with gaps (sliced views such as a[:, ::2]); dlbridge hands it a dense "
+                   "copy (copy=False raises LayoutError).")  # fmt: skip
+    return out
+
+
+def _import_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
+    """How the framework's imports and exports go wrong otherwise (alignment, labels, read-only)."""
+    out: list[str] = []
+    if caps.copy_crashes_unaligned:
+        out.append(f"{who} can crash copying an array imported from an unaligned buffer "
+                   f"({_source(name, 'copy_crashes_unaligned')}); dlbridge's copy=True copies through the host "
+                   "instead.")  # fmt: skip
+    if caps.exports_uint8:
+        out.append(f"{who} exports {_names(set(caps.exports_uint8))} arrays labelled uint8; dlbridge relabels its "
+                   "own exports with the true dtype.")  # fmt: skip
+    if caps.readonly_imports:
+        out.append(f"{who} imports every DLPack capsule as a read-only array; {ADAPTERS[name].readonly_imports_note}")
+    if caps.offset_needs_strides:
+        out.append(f"{who} refuses a byte_offset on a capsule without strides (legal DLPack; "
+                   f"{_source(name, 'offset_needs_strides')}); dlbridge has the producer re-export it densely.")  # fmt: skip
+    if not caps.readonly_arrays:
+        legacy = "" if caps.versioned_capsules else " and reads only legacy capsules, which cannot say so"
+        out.append(f"{who} has no read-only arrays{legacy}: dlbridge refuses read-only sources (ReadOnlyError) "
+                   "unless copy=True.")  # fmt: skip
     return out
 
 

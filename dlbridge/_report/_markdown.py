@@ -38,7 +38,7 @@ Each cell is one producer array handed to one consumer: `native → dlbridge`.
 - `{REFUSED}`: dlbridge refused on purpose with a clear error saying what to pass (no crash,
   no silent change): a safe outcome, not a conversion.
 - `—`: the producer cannot make this dtype (the summary says why). {HOST.display} sources of bf16/fp8 are
-  ml_dtypes arrays.
+  {HOST.dtype_addon} arrays.
 - Values are compared as bit patterns against the source; memory sharing as data pointers.
   Sources are 4x6 arrays at 64-byte aligned addresses (some consumers copy CPU buffers that are not).
 - Layouts: f32 sources that are a transposed view (strided) or a read-only view (READ_ONLY capsule),

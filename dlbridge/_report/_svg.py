@@ -7,6 +7,7 @@ cell (in a browser) shows the same text as the Markdown table.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 
 from ._cases import BASE_DTYPES, short_dtype
@@ -57,8 +58,6 @@ def _text(x: float, y: float, text: str, size: int = 11, anchor: str = "start", 
 
 def render_svg(report: Report) -> str:
     dtypes: list[str] = report.meta["dtypes"]
-    cells = {(c.producer, c.producer_device, c.consumer, c.dtype): c for c in report.cells}
-    made = {(c.producer, c.producer_device, c.dtype) for c in report.cells}
     rows = list(dict.fromkeys((c.producer, c.producer_device, c.consumer) for c in report.cells))
     col_w = 2 * _CELL_W + _GAP + 10
     split = next((i for i, d in enumerate(dtypes) if d not in BASE_DTYPES), len(dtypes))
@@ -70,6 +69,20 @@ def render_svg(report: Report) -> str:
 
     grid_w = col_x(len(dtypes) - 1) + col_w
     grid_top = _TOP + _HEAD_H
+    body = _heading(report, dtypes, col_x, col_w, split, grid_top)
+    y = _grid(report, dtypes, rows, col_x, x0, grid_top, body)
+    height = _legend(y, body)
+    width = max(grid_w + 16, 460)
+    head = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' height='{height:.0f}' "
+            f"viewBox='0 0 {width:.0f} {height:.0f}'>")  # fmt: skip
+    return (
+        "\n".join([head, f"<rect width='{width:.0f}' height='{height:.0f}' fill='#ffffff'/>", *body, "</svg>"]) + "\n"
+    )
+
+
+def _heading(report: Report, dtypes: list[str], col_x: Callable[[int], float], col_w: float, split: int,
+             grid_top: float) -> list[str]:  # fmt: skip
+    """The title, the stack's versions, and the dtype column labels."""
     body: list[str] = []
     m = report.meta
     body.append(_text(8, 20, "dlbridge compatibility matrix", 16, weight="bold"))
@@ -81,6 +94,14 @@ def render_svg(report: Report) -> str:
         body.append(_text(x, grid_top - 6, short_dtype(d), 11, rotate=True))
     if split < len(dtypes):
         body.append(_text(col_x(split), _TOP + 4, "other fp8 formats", 10, weight="bold"))
+    return body
+
+
+def _grid(report: Report, dtypes: list[str], rows: list[tuple[str, str, str]], col_x: Callable[[int], float],
+          x0: float, grid_top: float, body: list[str]) -> float:  # fmt: skip
+    """One labelled row of split cells per producer → consumer pair, appended to ``body``; the y below it."""
+    cells = {(c.producer, c.producer_device, c.consumer, c.dtype): c for c in report.cells}
+    made = {(c.producer, c.producer_device, c.dtype) for c in report.cells}
     y = grid_top
     device = None
     for producer, dev, consumer in rows:
@@ -101,7 +122,11 @@ def render_svg(report: Report) -> str:
             body.append(_rect(x + _CELL_W + _GAP, y, _CELL_W, _CELL_H,
                               OUTCOMES[outcome(cell.dlbridge, dlbridge=True)][0], tip))  # fmt: skip
         y += _CELL_H + 2
-    # legend
+    return y
+
+
+def _legend(y: float, body: list[str]) -> float:
+    """The colour legend and a sample split cell below ``y``, appended to ``body``; the picture's height."""
     y += 16
     lx = 8
     body.append(_text(lx, y, "legend", 11, weight="bold"))
@@ -115,10 +140,4 @@ def render_svg(report: Report) -> str:
     body.append(_rect(lx + _CELL_W + _GAP, sample_y, _CELL_W, _CELL_H, OUTCOMES["shared"][0]))
     body.append(_text(lx + 2 * _CELL_W + _GAP + 8, sample_y + 13,
                       "e.g. native raises, dlbridge converts sharing memory", 11))  # fmt: skip
-    height = sample_y + _CELL_H + 12
-    width = max(grid_w + 16, 460)
-    head = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' height='{height:.0f}' "
-            f"viewBox='0 0 {width:.0f} {height:.0f}'>")  # fmt: skip
-    return (
-        "\n".join([head, f"<rect width='{width:.0f}' height='{height:.0f}' fill='#ffffff'/>", *body, "</svg>"]) + "\n"
-    )
+    return sample_y + _CELL_H + 12

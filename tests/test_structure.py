@@ -1,0 +1,171 @@
+"""Structure checks: framework knowledge lives in the framework adapters (``dlbridge/_adapters/_<name>.py``) only.
+
+The rest of the package asks the adapter table (``ADAPTERS``, ``HOST``, an adapter's attributes
+and methods) instead of naming a framework. This test reads the code, not comments or docstrings:
+identifiers, attribute names, imported module names and string constants (f-string parts too).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "dlbridge"
+# Framework (and framework dtype add-on) module names, as whole words.
+_WORDS = ("numpy", "torch", "pytorch", "jax", "jaxlib", "cupy", "tensorflow", "paddle", "paddlepaddle", "ml_dtypes")
+FRAMEWORK = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(_WORDS) + r")(?![A-Za-z0-9_])", re.IGNORECASE)
+# Identifiers only: the usual import aliases too (as words in strings they are too common to flag).
+IDENTIFIER = re.compile(r"^(" + "|".join((*_WORDS, "np", "tf", "jnp", "cp")) + r")$", re.IGNORECASE)
+
+# (file relative to dlbridge/, framework word) -> why the file may name it in code.
+ALLOWED: dict[tuple[str, str], str] = {
+    # The public API is typed per framework: to_torch() -> torch.Tensor, convert(x, "numpy") -> ndarray.
+    # The imports are TYPE_CHECKING-only and the annotations strings (from __future__ import annotations).
+    **{
+        ("_api.py", w): "public per-framework signatures (TYPE_CHECKING imports, Literal names)"
+        for w in ("torch", "pytorch", "cupy", "jax", "numpy", "tensorflow", "paddle")
+    },
+    # Public typing aliases: DTypeLike / DeviceLike name framework dtype and device classes.
+    **{
+        ("_types.py", w): "public typing aliases (TYPE_CHECKING imports for annotations)"
+        for w in ("torch", "jax", "numpy")
+    },
+    # The capability table is data keyed by framework name, each row with its source (release notes, probes).
+    **{
+        ("_capabilities.py", w): "capability table rows and their sources"
+        for w in ("torch", "cupy", "jax", "jaxlib", "numpy", "tensorflow", "paddle", "paddlepaddle", "ml_dtypes")
+    },
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings (module, class, function)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def framework_names_in_code(path: Path) -> list[tuple[int, str, str]]:
+    """(line, word, what) for each framework name in ``path``'s code (not comments or docstrings)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _docstrings(tree)
+    hits = []
+    for node in ast.walk(tree):
+        texts: list[tuple[str, bool]] = []  # (text, is an identifier)
+        if isinstance(node, ast.Name):
+            texts.append((node.id, True))
+        elif isinstance(node, ast.Attribute):
+            texts.append((node.attr, True))
+        elif isinstance(node, ast.alias):
+            texts += [(part, True) for part in node.name.split(".")]
+            if node.asname:
+                texts.append((node.asname, True))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            texts += [(part, True) for part in node.module.split(".")]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            texts.append((node.value, False))
+        for text, identifier in texts:
+            if identifier:
+                words = [text] if IDENTIFIER.match(text) else []
+            else:
+                words = [m.group(1) for m in FRAMEWORK.finditer(text)]
+            hits += [(getattr(node, "lineno", 0), w.lower(), text) for w in words]
+    return hits
+
+
+def _outside_adapters() -> list[Path]:
+    """The package's modules outside the framework adapters (the adapter base class and the table included)."""
+    adapters = PACKAGE / "_adapters"
+    return sorted(
+        [*PACKAGE.glob("*.py"), *(PACKAGE / "_report").glob("*.py"), adapters / "_base.py", adapters / "__init__.py"]
+    )
+
+
+@pytest.mark.parametrize("path", _outside_adapters(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_framework_names_only_in_adapters(path: Path) -> None:
+    rel = str(path.relative_to(PACKAGE))
+    unexpected = [
+        f"{rel}:{line}: {word!r} in {text!r}"
+        for line, word, text in framework_names_in_code(path)
+        if (rel, word) not in ALLOWED
+    ]
+    assert not unexpected, (
+        "framework knowledge outside dlbridge/_adapters/ (move it to the adapter, as data or a method, "
+        "or add it to ALLOWED with the reason):\n" + "\n".join(unexpected)
+    )
+
+
+def test_allow_list_is_used() -> None:
+    """Every allow-list entry still matches something: stale exceptions are removed, not kept."""
+    seen = {
+        (str(p.relative_to(PACKAGE)), word) for p in _outside_adapters() for _, word, _ in framework_names_in_code(p)
+    }
+    assert set(ALLOWED) <= seen, sorted(set(ALLOWED) - seen)
+
+
+def test_scanner_sees_code_not_comments() -> None:
+    source = (
+        '"""numpy in a docstring is fine."""\n'
+        "import numpy as np  # torch in a comment is fine\n"
+        "def f():\n"
+        '    """jax here too."""\n'
+        '    return np.asarray, f"e.g. {1} cupy.asarray", getattr(x, "paddle")\n'
+    )
+    tmp = PACKAGE.parent / "build" / "structure_probe.py"
+    tmp.parent.mkdir(exist_ok=True)
+    tmp.write_text(source, encoding="utf-8")
+    try:
+        words = sorted({w for _, w, _ in framework_names_in_code(tmp)})
+    finally:
+        tmp.unlink()
+    assert words == ["cupy", "np", "numpy", "paddle"]
+
+
+# --- what moved into the adapters still reads the same --------------------------------------------
+
+
+def test_messages_ask_the_adapter_table() -> None:
+    import dlbridge
+    from dlbridge._adapters import HOST
+    from dlbridge._guard_messages import usage
+    from dlbridge._report._markdown import LEGEND
+
+    with pytest.raises(dlbridge.NotAnArrayError, match=r"\(e\.g\. numpy\.asarray\)$"):
+        dlbridge.convert([1, 2], "numpy")
+    assert '@dlbridge.guard("torch") (one of' in usage(3)
+    assert f"{HOST.display} sources of bf16/fp8 are\n  ml_dtypes arrays." in LEGEND
+
+
+def test_readonly_imports_note_is_the_consumers() -> None:
+    from dlbridge._adapters import ADAPTERS
+
+    assert ADAPTERS["numpy"].readonly_imports_note.endswith(
+        "(torch, NumPy) back writable and zero-copy, as NumPy 2.2+ does."
+    )
+    assert "NumPy" not in ADAPTERS["torch"].readonly_imports_note
+
+
+def test_symbolic_placeholders_are_known_by_their_adapter() -> None:
+    from dlbridge import ProducerError
+    from dlbridge._adapters import symbolic_error
+
+    traced = type("SymbolicTensor", (), {"__module__": "tensorflow.python.framework.ops"})
+    error = symbolic_error(traced)
+    assert isinstance(error, ProducerError)
+    assert str(error).startswith("a symbolic TensorFlow tensor (SymbolicTensor, inside tf.function or a graph)")
+    assert symbolic_error(type("SymbolicTensor", (), {"__module__": "numpy.core"})) is None
+    assert symbolic_error(type("Tensor", (), {"__module__": "tensorflow.python.framework.ops"})) is None
+
+
+def test_module_aliases_name_targets_not_cli_frameworks() -> None:
+    from dlbridge._adapters import ADAPTERS, adapter_named
+
+    assert adapter_named("jax.numpy") is ADAPTERS["jax"]
+    assert all("jax.numpy" not in a.aliases for a in ADAPTERS.values())
