@@ -136,7 +136,7 @@ def from_shards(parts: Sequence[tuple[Index, Any]], sharding: jax.sharding.Shard
         if waiting:
             order.append((dev, waiting.pop(_nearest(waiting, pairs, dev))))
         else:
-            missing.append(f"{dev} needs {_text(span)}")
+            missing.append(f"{dev.platform}:{dev.id} needs {_text(span)}")  # str(dev) varies by JAX version
     extra = [f"part {i} at {_text(spans[i])}" for waiting in free.values() for i in waiting]
     if missing or extra:
         raise OptionError(

@@ -22,6 +22,12 @@ pytestmark = [pytest.mark.simcuda, pytest.mark.isolated]
 
 torch = need("torch")
 jax = need("jax")
+if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 7) or np.lib.NumpyVersion(np.__version__) < "2.1.2":
+    pytest.skip(
+        f"the stand-ins model JAX >= 0.7's from_dlpack(array) and CuPy 14's bfloat16 (NumPy >= 2.1.2); this stack "
+        f"has JAX {jax.__version__}, NumPy {np.__version__} (the middle and latest stacks run them)",
+        allow_module_level=True,
+    )
 jnp = jax.numpy
 
 
