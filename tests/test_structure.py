@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "dlbridge"
+import dlbridge
+
+# The package under test: the checkout's, or the installed copy where the suite runs against a wheel.
+PACKAGE = Path(dlbridge.__file__).resolve().parent
 # Framework (and framework dtype add-on) module names, as whole words.
 _WORDS = ("numpy", "torch", "pytorch", "jax", "jaxlib", "cupy", "tensorflow", "paddle", "paddlepaddle", "ml_dtypes")
 FRAMEWORK = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(_WORDS) + r")(?![A-Za-z0-9_])", re.IGNORECASE)
