@@ -3,6 +3,8 @@
 Every decision comes from the capsule (dtype code, bits, lanes, device, strides, flags) and
 the target's row in the capability table, never from framework-specific attributes, so any
 DLPack producer is covered. A capsule the target would reject is never handed to it.
+
+Asking the producer for its capsule is ``_export``'s; moving memory to another device, ``_moves``'.
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ from ._adapters import (
     AsIs,
     adapter_for,
     adapter_named,
-    export_capsule,
-    producer_error,
     producer_name,
     symbolic_error,
 )
@@ -52,31 +52,14 @@ from ._errors import (
     ReadOnlyError,
     UnsupportedDtypeError,
 )
+from ._export import MAX_VERSION, export, inspect
 from ._logical import _entries as _views  # mutated in place, never rebound
+from ._moves import cross_device
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
 from ._plan import Plan, native_plan, plan_for, recalled_fallback
 from ._sizes import check_copy_size, copied, size_text
 
 __all__ = ["convert", "inspect", "MAX_VERSION"]
-
-MAX_VERSION = (1, 3)  # newest DLPack struct layout dlbridge reads (major 1)
-
-
-def inspect(x: Any) -> DLPackInfo:
-    """Describe ``x`` (an object with ``__dlpack__``, or a raw capsule) without consuming anything."""
-    if type(x) is CapsuleType:
-        return read(x)
-    source = adapter_for(x)
-    if source is None and not hasattr(type(x), "__dlpack__"):
-        raise NotAnArrayError(
-            f"dlbridge.inspect needs an object with __dlpack__ or a DLPack capsule, got {type(x).__name__}"
-        )
-    device = device_of(x, source)
-    # No synchronisation: nothing reads the data (-1 in DLPack; JAX needs None, see its adapter).
-    stream = (-1 if source is None else source.no_sync_stream) if device[0] in GPU_CODES else None
-    with source.on_device(device) if source is not None and device[0] in GPU_CODES else nullcontext():
-        capsule = _export(x, source, stream, MAX_VERSION)
-    return check_device(read(capsule, producer_name(x)), device)
 
 
 # --- the pipeline -----------------------------------------------------------------------------
@@ -121,7 +104,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         dst_dev = target.home_device  # copy=True: the target's home device
     if dst_dev != home or home[0] not in target.device_codes:
         if dst_dev[0] != 1 or home[0] != 1 or 1 not in target.device_codes:
-            return _cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy, stream)
+            return cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy, stream)
         home = host_device(target, dst_dev, device)  # JAX's CPU device N: the same memory, labelled N
     caps = target.capabilities()
     if stream is None and target.asks_producer_stream and src_dev[0] in GPU_CODES:
@@ -130,7 +113,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         if src_dev[0] in GPU_CODES:
             wire_stream = _gpu_stream(stream, source, target, src_dev)
             with source.on_device(src_dev) if source is not None else nullcontext():
-                capsule = _export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy,
+                capsule = export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy,
                                   target, dtype)  # fmt: skip
         else:
             if stream is not None:
@@ -141,7 +124,7 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
                 shared = target.readonly_alias(x)  # NumPy < 2.1 cannot export a read-only array to itself
                 if shared is not None:
                     return shared
-            capsule = _export(x, source, None, MAX_VERSION if caps.versioned_capsules else None, copy, target, dtype)
+            capsule = export(x, source, None, MAX_VERSION if caps.versioned_capsules else None, copy, target, dtype)
     except AsIs as kept:
         return kept.value
     info = read(capsule, source.name if source is not None else producer_name(x))
@@ -184,9 +167,9 @@ def _deferred(x: Any, source: Adapter | None, target: Adapter, caps: Capabilitie
     when it calls ``__dlpack__(stream=S)``, with its own ``S`` (one export, the right stream)."""
     state: dict[str, Any] = {}
 
-    def export(stream: Any) -> Any:
+    def export_when_asked(stream: Any) -> Any:
         with source.on_device(src_dev) if source is not None else nullcontext():
-            capsule = _export(x, source, stream, MAX_VERSION if caps.versioned_capsules else None, copy, target, dtype)
+            capsule = export(x, source, stream, MAX_VERSION if caps.versioned_capsules else None, copy, target, dtype)
         info = read(capsule, source.name if source is not None else producer_name(x))
         if info.device_code != home[0] or info.device_id != home[1]:
             check_device(info, src_dev)
@@ -199,7 +182,7 @@ def _deferred(x: Any, source: Adapter | None, target: Adapter, caps: Capabilitie
         return capsule
 
     try:
-        result = target._from_dlpack(DeferredCarrier(export, home))
+        result = target._from_dlpack(DeferredCarrier(export_when_asked, home))
     except AsIs as kept:
         return kept.value
     except _NeedsDense:
@@ -429,156 +412,3 @@ def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adap
         f"to_{target.name}(): {info.describe()} from an unknown producer has strides {list(info.strides or ())} "
         f"that {target.name} cannot share, and dlbridge knows no way to make it dense on {info.device_type}"
     )
-
-
-def _export(x: Any, source: Adapter | None, stream: int | None, max_version: tuple[int, int] | None,
-            copy: bool | None = None, target: Adapter | None = None, dtype: Any = None) -> Any:  # fmt: skip
-    """The producer's capsule. ``target`` None: only described (``inspect``). Raises ``AsIs``
-    when the target should get ``x`` itself (see ``Adapter.export_failed``)."""
-    try:
-        if source is not None:
-            capsule = source.export(x, stream=stream, max_version=max_version)
-        else:
-            capsule = export_capsule(x, stream=stream, max_version=max_version)
-    except (DLBridgeError, MemoryError):
-        raise  # from dlbridge inside the producer (or a refusing adapter): already says what to do
-    except BufferError as err:
-        if "readonly" in str(err).lower() or "read-only" in str(err).lower():
-            if copy is True:  # a legacy-only consumer: let the producer make a writable copy
-                return _export_copy(x, source, stream, max_version, err)
-            why = (
-                "the consumer reads only legacy capsules, which cannot say so"
-                if max_version is None
-                else "its producer cannot mark a DLPack capsule read-only"  # e.g. NumPy < 2.1
-            )
-            raise ReadOnlyError(
-                f"{type(x).__name__} is read-only and {why}; pass copy=True, or make the array writeable"
-            ) from err
-        capsule = _export_failed(x, source, err, stream, max_version, copy, target, dtype)
-    except Exception as err:
-        capsule = _export_failed(x, source, err, stream, max_version, copy, target, dtype)
-    if type(capsule) is not CapsuleType:
-        raise CapsuleError(f"{type(x).__name__}.__dlpack__() returned {type(capsule).__name__}, not a capsule")
-    return capsule
-
-
-def _export_failed(x: Any, source: Adapter | None, err: Exception, stream: int | None,
-                   max_version: tuple[int, int] | None, copy: bool | None, target: Adapter | None,
-                   dtype: Any) -> Any:  # fmt: skip
-    """A failed export: a resolved stand-in's capsule, ``AsIs``, or an error naming the fix."""
-    if source is not None:
-        try:
-            capsule = source.export_failed(
-                x, stream=stream, max_version=max_version, copy=copy, target=target, dtype=dtype
-            )
-        except DLBridgeError as known:
-            if known.__cause__ is None:
-                known.__cause__ = err
-            raise
-        if capsule is not None:
-            return capsule
-    raise producer_error(x, err, "__dlpack__") from err
-
-
-def _export_copy(x: Any, source: Adapter | None, stream: int | None, max_version: tuple[int, int] | None,
-                 cause: BaseException) -> Any:  # fmt: skip
-    try:
-        if source is not None:  # the framework's own copy, exported the adapter's way (ml_dtypes, ...)
-            return source.export(source.copy(x), stream=stream, max_version=max_version)
-        return x.__dlpack__(stream=stream, copy=True)
-    except Exception as err:
-        raise ReadOnlyError(f"{type(x).__name__} is read-only and its producer cannot export a copy: {err}") from cause
-
-
-def _cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
-                  dst_dev: tuple[int, int], fallback: Fallback, dtype: Any, device: Any,
-                  copy: bool | None, stream: int | None = None) -> Any:  # fmt: skip
-    target.check_installed()  # "install cupy" comes before "pass device=" (cached; imports nothing)
-    # The caller's stream= is the stream the target reads on (on the destination device): the copy's
-    # handoff is synchronised with it. Off the GPU only stream=None is valid.
-    if stream is not None and dst_dev[0] not in GPU_CODES:
-        raise OptionError(f"stream={stream!r} on {device_name(dst_dev[0])}: only stream=None is valid off the GPU")
-    wire = stream if dst_dev[0] in GPU_CODES else None
-    there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
-    _check_move_allowed(x, source, target, src_dev, dst_dev, device, copy, there)
-    # Decide the dtype first, so an unsupported one raises before any copy is made.
-    probe = inspect(x)
-    plan = plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()")
-    if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
-        moved = _moved_by(source, x, dst_dev, target, probe, there)  # every adapter can bring its arrays to the host
-        # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
-        return _convert(moved, target, fallback, dtype, dst_dev if dst_dev[0] == 1 else None, None, wire)
-    if src_dev[0] == 1:
-        return _upload(x, target, plan, probe, dst_dev, wire, there)
-    if dst_dev[0] == 1:
-        return _from_capsule(_host_capsule(x, target, probe), target, fallback, dtype, dst_dev, None, None)
-    raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")
-
-
-def _check_move_allowed(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
-                        dst_dev: tuple[int, int], device: Any, copy: bool | None, there: str) -> None:  # fmt: skip
-    """Refuse a move the caller did not ask for (a copy they must opt into), or to a device the target lacks."""
-    if copy is False or (copy is None and device is None):
-        real = device_of(x, source)  # src_dev may be its alias (pinned -> cpu): name the device the caller has
-        here = f"{device_name(real[0])}:{real[1]}"
-        home = dst_dev if dst_dev != src_dev else target.home_device
-        hint = f'pass device="{device_name(home[0])}" or copy=True to copy it there'
-        why = "copy=False forbids the copy" if copy is False else "that needs a copy"
-        raise DeviceMismatchError(
-            f"to_{target.name}(): the source is on {here} and {target.name} cannot use memory there "
-            f"without moving it ({why}); {hint}" if dst_dev == src_dev else
-            f"to_{target.name}(): moving {here} -> {there} is a copy, which copy=False forbids"
-        )  # fmt: skip
-    if dst_dev[0] not in target.device_codes:
-        raise DeviceMismatchError(f"to_{target.name}(): {target.name} cannot live on {there}")
-
-
-def _moved_by(adapter: Adapter, x: Any, dst_dev: tuple[int, int], target: Adapter, probe: DLPackInfo,
-              there: str) -> Any:  # fmt: skip
-    """``adapter.to_device(x, dst_dev)``, its failure (e.g. a CPU-only build asked for CUDA) a DeviceMismatchError."""
-    try:
-        return adapter.to_device(x, dst_dev)
-    except Exception as err:
-        raise DeviceMismatchError(
-            f"to_{target.name}(): {adapter.name} could not copy {probe.describe()} to {there}: "
-            f"{type(err).__name__}: {err}"
-        ) from err
-
-
-def _upload(x: Any, target: Adapter, plan: Plan, probe: DLPackInfo, dst_dev: tuple[int, int], wire: int | None,
-            there: str) -> Any:  # fmt: skip
-    """CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
-    array), labels them with the dtype it imports (plan.wire), and the plan is applied there."""
-    width = BY_NAME[plan.wire].width
-    host = _convert(x, HOST, "raise", unsigned_of_width(width) or plan.wire, None, None, None)
-    writable = True if HOST.is_readonly(host) else None  # the upload copies: a read-only source is fine
-    try:
-        if 1 in target.device_codes:
-            moved = target.to_device(_convert(host, target, "raise", plan.wire, None, writable, None), dst_dev)
-        else:
-            moved = _convert(target.from_host(host, dst_dev), target, "raise", plan.wire, None, None, wire)
-    except DLBridgeError:
-        raise
-    except Exception as err:  # e.g. a CPU-only build asked for CUDA
-        raise DeviceMismatchError(
-            f"to_{target.name}(): {target.name} could not copy {probe.describe()} to {there}: "
-            f"{type(err).__name__}: {err}"
-        ) from err
-    return _finish(moved, plan, target, None)
-
-
-def _host_capsule(x: Any, target: Adapter, probe: DLPackInfo) -> Any:
-    """A capsule of a CPU copy of ``x``, asked of a producer dlbridge has no adapter for (DLPack 1.0 dl_device=)."""
-    caps = target.capabilities()
-    try:
-        capsule = x.__dlpack__(
-            dl_device=(1, 0), copy=True, max_version=MAX_VERSION if caps.versioned_capsules else None
-        )
-    except Exception as err:
-        raise DeviceMismatchError(
-            f"to_{target.name}(): {probe.producer} cannot copy {probe.describe()} to the CPU through "
-            f"DLPack (__dlpack__(dl_device=(1, 0), copy=True) raised {type(err).__name__}: {err})"
-        ) from err
-    if type(capsule) is not CapsuleType:
-        raise CapsuleError(f"{type(x).__name__}.__dlpack__(dl_device=...) returned {type(capsule).__name__}")
-    return capsule
