@@ -20,6 +20,7 @@ __all__ = [
     "get_default_fallback",
     "fallback_policy",
     "capabilities",
+    "register_numpy_dtypes",
     "DLBridgeError",
     "UnsupportedDtypeError",
     "DeviceMismatchError",
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._api import capabilities as capabilities
 from ._api import convert as convert
+from ._api import register_numpy_dtypes as register_numpy_dtypes
 from ._api import to_cupy as to_cupy
 from ._api import to_jax as to_jax
 from ._api import to_numpy as to_numpy

@@ -134,6 +134,19 @@ def capabilities(consumer: str, version: str | None = None) -> Capabilities:
     return _table(consumer, version)
 
 
+def register_numpy_dtypes() -> tuple[str, ...]:
+    """Register ml_dtypes' bfloat16 and float8 kinds with NumPy's DLPack dtype registry (NumPy >= 2.5),
+    so that NumPy itself (``np.from_dlpack``, ``ndarray.__dlpack__``) exports and imports them.
+
+    Registration is global and permanent for the process, which is why dlbridge never does it on its
+    own; dlbridge's results are the same either way (values, dtype, shared memory). Returns the dtype
+    names NumPy now handles natively, those registered before included; a kind whose DLPack code or
+    dtype is already registered otherwise is left as it is (and left out). UnsupportedDtypeError on
+    NumPy < 2.5, MissingFrameworkError without ml_dtypes.
+    """
+    return adapter_named("numpy").register_dtypes()  # type: ignore[no-any-return, attr-defined]
+
+
 # Compiled: each to_<framework> becomes a callable that enters the fast route without a Python
 # frame; its name, docstring and signature stay those of the function above (``__wrapped__``).
 if accel is not None:

@@ -49,6 +49,9 @@ FEATURES = (
     "readonly_imports",  # it makes every imported array read-only, whatever the capsule says
     "copy_crashes_unaligned",  # copying an array it imported from an unaligned buffer kills the process
     "shares_unaligned",  # it shares CPU buffers that are not 64-byte aligned (newer JAX copies them)
+    # users can register DLPack dtypes with it at run time (NumPy's register_dlpack_dtype): the adapter's
+    # capabilities() then adds the kinds registered to "imports", and it exports them itself
+    "dtype_registry",
 )
 # Producer rows: "exports_uint8" lists dtypes whose capsules the producer labels uint8;
 # "cannot_export" dtypes it holds but cannot put in a capsule at all.
@@ -303,6 +306,13 @@ TABLE: tuple[Row, ...] = (
     _r(
         "numpy", "negative_strides", source="NumPy arrays hold negative strides; np.from_dlpack copies strides as given"
     ),
+    _r(
+        "numpy",
+        "dtype_registry",
+        since="2.5",
+        source="numpy PR #31256: np.dtypes.register_dlpack_dtype((code, bits), dtype) in numpy/dtypes.py (NumPy 2.5); "
+        "probe 2026-11-25 (numpy 2.5.5: registered ml_dtypes kinds export and import natively, zero-copy)",
+    ),
     # --- tensorflow (tf.experimental.dlpack.from_dlpack; rows checked by tests/test_tensorflow.py) ---
     _r(
         "tensorflow",
@@ -396,6 +406,7 @@ class Capabilities(NamedTuple):
     readonly_imports: bool
     copy_crashes_unaligned: bool
     shares_unaligned: bool
+    dtype_registry: bool
     exports_uint8: frozenset[str]  # as a producer: dtypes its capsules label uint8
     cannot_export: frozenset[str]  # as a producer: dtypes its __dlpack__ refuses
 

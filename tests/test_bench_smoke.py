@@ -113,6 +113,7 @@ def test_tensorflow_and_paddle_rows_are_zero_copy(tmp_path: Path) -> None:
 
 def test_import_section_parses(tmp_path: Path) -> None:
     need("numpy")
+    need("torch")  # the import section times torch's import too
     stdout, data = run_bench(tmp_path, "--only", "no-such-pair")
     assert "python -c pass" in stdout and "with bytecode caches" in stdout
     assert data["rows"] == []

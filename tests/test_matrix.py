@@ -71,6 +71,9 @@ def test_writes_are_visible_through_zero_copy(producer: str, consumer: str) -> N
     """Sharing is real: a write through the source shows in the result."""
     if "jax" in (producer, consumer):
         pytest.skip("JAX arrays are immutable")
+    need(producer)
+    need(consumer)
+    need("ml_dtypes")
     src, _ = make_source(producer, "bfloat16", "contiguous")
     out = dlbridge.convert(src, consumer)
     src[0, 0] = 5.5
@@ -89,6 +92,9 @@ def test_jax_x64_off_refuses_int64_instead_of_narrowing() -> None:
 
 def test_jax_x64_on_int64_both_ways() -> None:
     from tests.conftest import run_child
+
+    need("jax")
+    need("torch")
 
     proc = run_child(
         """

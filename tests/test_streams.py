@@ -12,6 +12,7 @@ import gc
 import pytest
 
 import dlbridge
+from tests.conftest import need
 from tests.ctypes_producer import CtypesArray
 
 
@@ -48,6 +49,7 @@ def test_jax_refuses_a_stream_it_would_not_read_on() -> None:
 
 @pytest.mark.parametrize("device", [(2, 0), (13, 0)], ids=["cuda", "cuda_managed"])
 def test_stream_zero_is_ambiguous_on_cuda(device: tuple[int, int]) -> None:
+    need("torch")
     p = _producer(device)
     with pytest.raises(dlbridge.OptionError, match="ambiguous"):
         dlbridge.to_torch(p, stream=0)
@@ -56,6 +58,7 @@ def test_stream_zero_is_ambiguous_on_cuda(device: tuple[int, int]) -> None:
 
 @pytest.mark.parametrize("device", [(1, 0), (3, 0)], ids=["cpu", "cuda_host"])
 def test_host_memory_takes_no_stream(device: tuple[int, int]) -> None:
+    need("torch")
     p = _producer(device)
     with pytest.raises(dlbridge.OptionError, match="only stream=None"):
         dlbridge.to_torch(p, stream=5)

@@ -1,14 +1,15 @@
 from __future__ import annotations
 
 import sys
+from contextlib import suppress
 from functools import cached_property, lru_cache
 from operator import methodcaller
 from typing import Any
 
-from .._capabilities import installed_version
-from .._capsule import relabel
+from .._capabilities import Capabilities, installed_version
+from .._capsule import read, relabel
 from .._dtypes import BY_NAME
-from .._errors import ProducerError, UnsupportedDtypeError
+from .._errors import MissingFrameworkError, ProducerError, UnsupportedDtypeError
 from ._base import Adapter, AsIs, FastExport, export_capsule
 
 _ALIGN = 64
@@ -85,10 +86,98 @@ class NumpyAdapter(Adapter):
         "dlbridge gives the memory of mutable producers (torch, NumPy) back writable and zero-copy, as NumPy 2.2+ does."
     )
 
+    # --- NumPy >= 2.5's DLPack dtype registry (np.dtypes.register_dlpack_dtype) ----------------
+    # Where the user has registered an ml_dtypes kind, NumPy exports and imports it itself; dlbridge
+    # then uses that instead of same-width uints relabelled (same values, dtype and memory). dlbridge
+    # never registers anything itself (dlbridge.register_numpy_dtypes() does, when called).
+    _native: frozenset[str] = frozenset()  # kinds found registered (the registry only grows)
+    _native_caps: tuple[Capabilities, frozenset[str], Capabilities] | None = None
+    # dynamic_capabilities stays False: a route built before a registration keeps relabelling uints,
+    # which gives the same array (values, dtype, memory) as NumPy's own import and export.
+
+    @cached_property
+    def has_dtype_registry(self) -> bool:
+        # the table's dtype_registry row, and the function itself (a build without it registers nothing)
+        return self.caps.dtype_registry and hasattr(getattr(self.mod, "dtypes", None), "register_dlpack_dtype")
+
+    def registered_dtypes(self) -> frozenset[str]:
+        """The ml_dtypes kinds this NumPy exports and imports natively: registered with
+        ``np.dtypes.register_dlpack_dtype`` under dlbridge's own DLPack (code, bits). NumPy has no
+        query for its registry: each kind not yet found is asked by exporting an empty array (a
+        refusal costs under a microsecond); kinds found are kept, as registrations cannot be undone."""
+        if not self.has_dtype_registry or "ml_dtypes" not in sys.modules:  # registering needs ml_dtypes
+            return frozenset()
+        for name in self._registrable:
+            self.registered(name)
+        return self._native
+
+    def registered(self, name: str) -> bool:
+        """Whether NumPy exports and imports the ml_dtypes kind ``name`` natively (see registered_dtypes)."""
+        if name in self._native:
+            return True
+        dtype = self._registrable.get(name) if self.has_dtype_registry and "ml_dtypes" in sys.modules else None
+        if dtype is None or not self._native_round_trip(name, dtype):
+            return False
+        self._native = self._native | {name}
+        return True
+
+    @cached_property
+    def _registrable(self) -> dict[str, Any]:
+        """dlbridge name -> ml_dtypes dtype, for the kinds NumPy could register (full-width ones)."""
+        np, ml = self.mod, sys.modules["ml_dtypes"]
+        return {
+            name: np.dtype(kind)
+            for name, d in BY_NAME.items()
+            if (kind := getattr(ml, name, None)) is not None and d.lanes == 1 and np.dtype(kind).itemsize * 8 == d.bits
+        }
+
+    def _native_round_trip(self, name: str, dtype: Any) -> bool:
+        empty = self.mod.empty(0, dtype)
+        try:
+            if read(empty.__dlpack__()).dtype != name:  # registered under another (code, bits): not ours
+                return False
+            return bool(self.mod.from_dlpack(empty).dtype is dtype)
+        except (BufferError, TypeError, ValueError):  # not registered (NumPy: BufferError)
+            return False
+
+    def register_dtypes(self) -> tuple[str, ...]:
+        """Register ml_dtypes' full-width kinds with NumPy's DLPack dtype registry (dlbridge.register_numpy_dtypes)."""
+        register = getattr(getattr(self.mod, "dtypes", None), "register_dlpack_dtype", None)
+        if register is None or not self.has_dtype_registry:
+            raise UnsupportedDtypeError(
+                f"NumPy {self.version} has no DLPack dtype registry (np.dtypes.register_dlpack_dtype is new in "
+                "NumPy 2.5): nothing to register. dlbridge hands bfloat16 and float8 arrays to and from this NumPy "
+                "as same-width integers relabelled, with the same values, dtype and memory"
+            )
+        try:
+            import ml_dtypes  # noqa: F401  (the dtypes to register)
+        except ImportError:
+            raise MissingFrameworkError(
+                "register_numpy_dtypes() registers ml_dtypes' dtypes: pip install ml_dtypes"
+            ) from None
+        for name, dtype in self._registrable.items():
+            if not self.registered(name):
+                d = BY_NAME[name]
+                with suppress(ValueError):  # that (code, bits) or dtype is registered otherwise: left as it is
+                    register((d.code, d.bits), dtype)
+        return tuple(sorted(self.registered_dtypes()))
+
+    def capabilities(self) -> Capabilities:
+        caps = self.caps
+        native = self.registered_dtypes() & caps.holds
+        if not native:
+            return caps
+        cached = self._native_caps
+        if cached is None or cached[0] is not caps or cached[1] != native:  # one object per registry state
+            cached = self._native_caps = (caps, native, caps._replace(imports=caps.imports | native))
+        return cached[2]
+
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         dtype = obj.dtype
         logical = BY_NAME.get(dtype.name) if dtype.type.__module__ == "ml_dtypes" else None
         if logical is None or logical.width != dtype.itemsize * 8:  # ml_dtypes' fp4/fp6 are unpacked
+            return export_capsule(obj, stream=None, max_version=max_version)
+        if self.registered(dtype.name):  # registered with NumPy >= 2.5: its own export
             return export_capsule(obj, stream=None, max_version=max_version)
         # NumPy refuses to export ml_dtypes arrays; export the same bytes as uint and put the
         # true dtype back into the capsule before anyone reads it.
@@ -119,7 +208,13 @@ class NumpyAdapter(Adapter):
         if cls is not self.array_class():  # subclasses (matrix, memmap, masked) take the pipeline
             return None
         kind = 0 if self.caps.versioned_capsules else 3  # NumPy < 2.1: __dlpack__ takes no max_version
-        return (kind, None, (), None, self._ml_relabels if "ml_dtypes" in sys.modules else None)
+        if "ml_dtypes" not in sys.modules:
+            return (kind, None, (), None, None)
+        native = (
+            self.registered_dtypes()
+        )  # NumPy exports these itself (a kind registered later: relabelled, same capsule)
+        relabels = {k: v for k, v in self._ml_relabels.items() if k.name not in native} if native else self._ml_relabels
+        return (kind, None, (), None, relabels)
 
     @cached_property
     def _ml_relabels(self) -> dict[Any, tuple[Any, int]]:
