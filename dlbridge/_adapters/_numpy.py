@@ -91,6 +91,7 @@ class NumpyAdapter(Adapter):
     # then uses that instead of same-width uints relabelled (same values, dtype and memory). dlbridge
     # never registers anything itself (dlbridge.register_numpy_dtypes() does, when called).
     _native: frozenset[str] = frozenset()  # kinds found registered (the registry only grows)
+    _probed = False  # every kind asked once: later registrations are seen after register_numpy_dtypes()
     _native_caps: tuple[Capabilities, frozenset[str], Capabilities] | None = None
     # dynamic_capabilities stays False: a route built before a registration keeps relabelling uints,
     # which gives the same array (values, dtype, memory) as NumPy's own import and export.
@@ -103,16 +104,23 @@ class NumpyAdapter(Adapter):
     def registered_dtypes(self) -> frozenset[str]:
         """The ml_dtypes kinds this NumPy exports and imports natively: registered with
         ``np.dtypes.register_dlpack_dtype`` under dlbridge's own DLPack (code, bits). NumPy has no
-        query for its registry: each kind not yet found is asked by exporting an empty array (a
-        refusal costs under a microsecond); kinds found are kept, as registrations cannot be undone."""
+        query for its registry: each kind is asked once by exporting an empty array; kinds found are
+        kept, as registrations cannot be undone. A kind registered later, straight with NumPy, is not
+        asked again (``register_numpy_dtypes()`` asks again): until then dlbridge keeps handing it over
+        as same-width uints relabelled, which gives the same arrays."""
         if not self.has_dtype_registry or "ml_dtypes" not in sys.modules:  # registering needs ml_dtypes
             return frozenset()
-        for name in self._registrable:
-            self.registered(name)
+        if not self._probed:
+            for name in self._registrable:
+                self._ask(name)
+            self._probed = True
         return self._native
 
     def registered(self, name: str) -> bool:
         """Whether NumPy exports and imports the ml_dtypes kind ``name`` natively (see registered_dtypes)."""
+        return name in self._native or (not self._probed and name in self.registered_dtypes())
+
+    def _ask(self, name: str) -> bool:
         if name in self._native:
             return True
         dtype = self._registrable.get(name) if self.has_dtype_registry and "ml_dtypes" in sys.modules else None
@@ -156,10 +164,11 @@ class NumpyAdapter(Adapter):
                 "register_numpy_dtypes() registers ml_dtypes' dtypes: pip install ml_dtypes"
             ) from None
         for name, dtype in self._registrable.items():
-            if not self.registered(name):
+            if not self._ask(name):
                 d = BY_NAME[name]
                 with suppress(ValueError):  # that (code, bits) or dtype is registered otherwise: left as it is
                     register((d.code, d.bits), dtype)
+        self._probed = False  # ask every kind again
         return tuple(sorted(self.registered_dtypes()))
 
     def capabilities(self) -> Capabilities:
