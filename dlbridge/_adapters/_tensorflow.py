@@ -164,14 +164,12 @@ class TensorflowAdapter(Adapter):
                 "codes, and tf.bitcast takes no float8). Copy it to the CPU first (with tf.device('/CPU:0'): "
                 "tf.identity(x)), whose float8 tensors dlbridge shares zero-copy"
             )
-        import numpy as np
-
-        from ._numpy import NumpyAdapter
+        from . import HOST  # the table's NumPy adapter (its ml_dtypes relabels and registry state are cached)
 
         # A 0-d tensor's __array__ gives a scalar copy; tf.reshape keeps the buffer (probe 2026-11-25).
         scalar = obj.shape.rank == 0
-        host = np.asarray(self.mod.reshape(obj, [1]) if scalar else obj)
-        return NumpyAdapter().export(host.reshape(()) if scalar else host, stream=None, max_version=None)
+        host = HOST.mod.asarray(self.mod.reshape(obj, [1]) if scalar else obj)
+        return HOST.export(host.reshape(()) if scalar else host, stream=None, max_version=None)
 
     def state_error(self, obj: Any) -> DLBridgeError | None:
         name = getattr(getattr(obj, "dtype", None), "name", None)
