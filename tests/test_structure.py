@@ -1,4 +1,5 @@
-"""Structure checks: framework knowledge lives in the framework adapters (``dlbridge/_adapters/_<name>.py``) only.
+"""Structure checks: framework knowledge lives in the framework adapters (``dlbridge/_adapters/_<name>.py``)
+and their capability rows (``dlbridge/_rows/<name>.py``) only.
 
 The rest of the package asks the adapter table (``ADAPTERS``, ``HOST``, an adapter's attributes
 and methods) instead of naming a framework. This test reads the code, not comments or docstrings:
@@ -41,11 +42,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     **{
         ("_types.py", w): "public typing aliases (TYPE_CHECKING imports for annotations)"
         for w in ("torch", "jax", "numpy")
-    },
-    # The capability table is data keyed by framework name, each row with its source (release notes, probes).
-    **{
-        ("_capabilities.py", w): "capability table rows and their sources"
-        for w in ("torch", "cupy", "jax", "jaxlib", "numpy", "tensorflow", "paddle", "paddlepaddle", "ml_dtypes")
     },
 }
 

@@ -1,0 +1,14 @@
+"""The capability table's rows, one module per framework (its consumer and producer facts).
+
+Adding a framework adds one module here with its ``ROWS``, listed in ``MODULES`` below.
+"""
+
+from __future__ import annotations
+
+from . import cupy, jax, numpy, paddle, tensorflow, torch
+from ._common import FEATURES, KINDS, PRODUCER_KINDS, Row, row
+
+__all__ = ["FEATURES", "KINDS", "PRODUCER_KINDS", "Row", "row", "TABLE"]
+
+MODULES = (torch, cupy, jax, numpy, tensorflow, paddle)
+TABLE: tuple[Row, ...] = tuple(r for module in MODULES for r in module.ROWS)

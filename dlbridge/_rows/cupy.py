@@ -1,0 +1,56 @@
+"""Capability rows: CuPy (cupy.from_dlpack). Each row names its source (see dlbridge._capabilities)."""
+
+from __future__ import annotations
+
+from ._common import CORE, CUPY_BF16, ML_ONLY, Row, row
+
+ROWS: tuple[Row, ...] = (
+    row("cupy", "imports", CORE, "9.0", source="CuPy 9 notes: cupy.from_dlpack"),
+    row("cupy", "imports", {"bool"}, "12.0", source="CuPy 12 release notes: bool in DLPack (cupy/_core/dlpack.pyx)"),
+    row(
+        "cupy",
+        "imports",
+        {"bfloat16"},
+        "14.0",
+        requires=CUPY_BF16,
+        source="cupy PR #9670 (bf16 via ml_dtypes, CuPy 14); cupy v14.2.0 cupy/_core/dlpack.pyx lines 22-29: "
+        "ml_dtypes' bfloat16 only with NumPy >= 2.1.2, else NotImplementedError on import (lines 480-486)",
+    ),
+    row(
+        "cupy",
+        "holds",
+        {"bfloat16"},
+        "14.0",
+        requires=CUPY_BF16,
+        source="cupy PR #9670; cupy v14.2.0 cupy/_core/_util.pyx and dlpack.pyx lines 22-29 (NumPy >= 2.1.2)",
+    ),
+    row(
+        "cupy",
+        "cannot_export",
+        ML_ONLY - {"bfloat16"},
+        source="cupy v14.2.0 cupy/_core/core.pyx ndarray.view lines 926-990 (check_support=False: any ml_dtypes "
+        "dtype) and cupy/_core/dlpack.pyx get_dlpack_dtype_code_itemsize lines 75-97 ('dtype is not supported "
+        "for dlpack export' for every kind 'V' dtype but bfloat16); v13.x toDlpack: ValueError/BufferError",
+    ),
+    row(
+        "cupy",
+        "cannot_export",
+        {"bfloat16"},
+        until="14.0",
+        source="cupy v13.3.0 cupy/_core/dlpack.pyx toDlpack line 146 ('Unknown dtype'); v13.6.0 line 80 "
+        "(BufferError): bfloat16 export by name only since CuPy 14 (v14.0.0 dlpack.pyx line 92)",
+    ),
+    row(
+        "cupy",
+        "crashes_on_reject",
+        until="13.4",
+        source="cupy#8801: rejected capsule is freed twice; fixed by #8683/#8722 in 13.4.0",
+    ),
+    row("cupy", "raw_capsules", source="cupy/_core/dlpack.pyx: from_dlpack accepts a PyCapsule"),
+    row("cupy", "versioned_capsules", since="13.4", source="CuPy 13.4 notes: DLPack 1.0 (#8683)"),
+    row(
+        "cupy",
+        "negative_strides",
+        source="CuPy arrays hold negative strides; dlpack.pyx copies strides as given [inferred]",
+    ),
+)

@@ -1,0 +1,99 @@
+"""Capability rows: JAX (jax.dlpack.from_dlpack). Each row names its source (see dlbridge._capabilities)."""
+
+from __future__ import annotations
+
+from .._dtypes import FLOAT8
+from ._common import CORE, JAX_COPY_FIXED, JAX_FP4_UNTIL, JAX_LAYOUTS_SINCE, ML_DTYPES_05, NEW_FP8, Row, row
+
+ROWS: tuple[Row, ...] = (
+    row("jax", "imports", CORE, "0.2", source="jax.dlpack.from_dlpack (jaxlib dlpack.cc type table)"),
+    row("jax", "imports", {"bfloat16"}, "0.2.10", source="jaxlib dlpack.cc: kDLBfloat <-> BF16 (jax 0.2.10)"),
+    row(
+        "jax",
+        "imports",
+        {"bool"},
+        "0.4.24",
+        source="jaxlib dlpack.cc: kDLBool <-> PRED (jaxlib 0.4.24); probe 2026-11-23 (jax 0.4.23 refuses it)",
+    ),
+    row(
+        "jax",
+        "imports",
+        FLOAT8 - NEW_FP8,
+        "0.5.3",
+        source="jaxlib 0.5.3 dlpack.cc: float8 type codes; probe 2026-11-23 (jax 0.5.3, 0.7.1, 0.10.2)",
+    ),
+    row(
+        "jax",
+        "imports",
+        NEW_FP8,
+        "0.5.3",
+        requires=ML_DTYPES_05,
+        source="probe 2026-11-23 (jax 0.5.3 + ml_dtypes 0.4.1: 'Unimplemented primitive type F8E8M0FNU'; "
+        "ml_dtypes 0.5 defines these types)",
+    ),
+    row(
+        "jax",
+        "imports",
+        {"float4_e2m1fn"},
+        "0.5.3",
+        JAX_FP4_UNTIL,
+        requires=ML_DTYPES_05,
+        source="probe 2026-11-23 (jax 0.5.3, 0.7.1, 0.7.2, 0.8.0, 0.9.0 import their own float4_e2m1fn; jax 0.10.2: "
+        "'PjRt CPU buffers only support default layout')",
+    ),
+    row(
+        "jax",
+        "exports_uint8",
+        {"bool"},
+        until="0.4.24",
+        source="probe 2026-11-23 (jax 0.4.23: a bool array's capsule says uint8; jaxlib dlpack.cc maps PRED to "
+        "kDLBool since 0.4.24)",
+    ),
+    row(
+        "jax",
+        "cannot_export",
+        FLOAT8,
+        until="0.5.3",
+        source="probe 2026-11-23 (jax 0.4.30): __dlpack__ raises 'XLA type F8E4M3FN has no DLPack equivalent'",
+    ),
+    row(
+        "jax",
+        "raw_capsules",
+        until="0.7.2",
+        source="JAX 0.7.2 changelog: from_dlpack no longer accepts DLPack capsules",
+    ),
+    row(
+        "jax",
+        "raw_capsules_deprecated",
+        since="0.4.35",
+        source="jax/_src/dlpack.py (0.4.35): DeprecationWarning 'Calling from_dlpack with a DLPack tensor is "
+        "deprecated'; probe 2026-11-23 (jax 0.4.30, 0.4.31 silent; 0.4.35, 0.7.1 warn)",
+    ),
+    row(
+        "jax",
+        "row_major_only",
+        until=JAX_LAYOUTS_SINCE,
+        source="probe 2026-11-23: jax 0.4.30-0.7.1 refuse transposed raw capsules ('non-default layout'), "
+        "jax 0.7.1 imports torch's .t() with wrong values, 0.7.2 refuses it; jax 0.8.0 and 0.10.2 import it right",
+    ),
+    row(
+        "jax",
+        "copy_crashes_unaligned",
+        until=JAX_COPY_FIXED,
+        source="probe 2026-11-23 (jax 0.4.23, 0.4.30, 0.4.31; not 0.4.35): jnp.array(x, copy=True) segfaults for x "
+        "imported from an unaligned float32 (1, 4) buffer (address % 64 == 4)",
+    ),
+    row(
+        "jax",
+        "shares_unaligned",
+        until=JAX_COPY_FIXED,
+        source="probe 2026-11-23: jax 0.4.30 and 0.4.31 share an unaligned float32 (1, 4) buffer; 0.4.35 and 0.7.1 "
+        "copy it ('DLPack buffer is not aligned ... Creating a copy', jaxlib dlpack.cc)",
+    ),
+    row(
+        "jax",
+        "compact_only",
+        source="jaxlib dlpack.cc: 'Only DLPack tensors with trivial (compact) striding'; probe 2026-11-22",
+    ),
+    row("jax", "readonly_arrays", source="jax.Array is immutable"),
+)

@@ -1,0 +1,51 @@
+"""Capability rows: NumPy (np.from_dlpack). Each row names its source (see dlbridge._capabilities)."""
+
+from __future__ import annotations
+
+from .._dtypes import FLOAT8
+from ._common import CORE, ML_DTYPES_05, NEW_FP8, Row, row
+
+ROWS: tuple[Row, ...] = (
+    row("numpy", "imports", CORE, "1.22", source="NumPy 1.22 notes: np.from_dlpack"),
+    row("numpy", "imports", {"bool"}, "1.25", source="NumPy 1.25 notes: bool in DLPack"),
+    row(
+        "numpy",
+        "holds",
+        FLOAT8 - NEW_FP8 | {"bfloat16"},
+        requires="ml_dtypes",
+        source="ml_dtypes README: bfloat16 and float8 NumPy dtypes (float8_e4m3b11fnuz, e4m3fn(uz), e5m2(fnuz))",
+    ),
+    row(
+        "numpy",
+        "holds",
+        NEW_FP8,
+        requires=ML_DTYPES_05,
+        source="ml_dtypes CHANGELOG 0.5.0: float8_e3m4, "
+        "float8_e4m3, float8_e8m0fnu; probe 2026-11-23 (ml_dtypes 0.4.1 has none of them)",
+    ),
+    row("numpy", "versioned_capsules", since="2.1", source="NumPy 2.1.0 release notes: DLPack 1.0 (max_version)"),
+    row(
+        "numpy",
+        "readonly_arrays",
+        since="2.1",
+        source="NumPy 2.1.0 release notes: from_dlpack honours DLPack 1.0's READ_ONLY flag",
+    ),
+    row(
+        "numpy",
+        "readonly_imports",
+        since="1.22",
+        until="2.2",
+        source="numpy/_core/src/multiarray/dlpack.c: arrays from from_dlpack were created read-only until NumPy 2.2 "
+        "(2.2.0 notes); probe 2026-11-23 (numpy 1.26.4, 2.1.3 read-only; 2.2.6 writable)",
+    ),
+    row(
+        "numpy", "negative_strides", source="NumPy arrays hold negative strides; np.from_dlpack copies strides as given"
+    ),
+    row(
+        "numpy",
+        "dtype_registry",
+        since="2.5",
+        source="numpy PR #31256: np.dtypes.register_dlpack_dtype((code, bits), dtype) in numpy/dtypes.py (NumPy 2.5); "
+        "probe 2026-11-25 (numpy 2.5.5: registered ml_dtypes kinds export and import natively, zero-copy)",
+    ),
+)
