@@ -13,6 +13,8 @@ __all__ = [
     "shards",
     "from_shards",
     "inspect",
+    "explain",
+    "Handoff",
     "guard",
     "DLPackInfo",
     "SupportsDLPack",
@@ -58,6 +60,8 @@ from ._errors import OptionError as OptionError
 from ._errors import ProducerError as ProducerError
 from ._errors import ReadOnlyError as ReadOnlyError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
+from ._explain import explain as explain
+from ._handoff import Handoff as Handoff
 from ._options import fallback_policy as fallback_policy
 from ._options import get_default_fallback as get_default_fallback
 from ._options import set_default_fallback as set_default_fallback

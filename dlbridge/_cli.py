@@ -1,4 +1,4 @@
-"""The ``dlbridge`` command: ``dlbridge report`` and ``dlbridge doctor`` (also ``python -m dlbridge``)."""
+"""The ``dlbridge`` command: ``dlbridge report``, ``dlbridge doctor`` and ``dlbridge explain`` (also ``python -m dlbridge``)."""
 
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ them. Imports no framework and probes nothing: fast, safe on a broken stack."""
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     from . import __version__
-    from ._adapters import ADAPTERS
+    from ._adapters import ADAPTERS, HOST
 
     names = ", ".join(a.display or a.name for a in ADAPTERS.values())
     parser = argparse.ArgumentParser(
         prog=prog, description=f"dlbridge {__version__}: zero-copy, dtype-safe DLPack handoffs between {names}."
     )
     parser.add_argument("--version", action="version", version=f"dlbridge {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{report,doctor}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{report,doctor,explain}")
     fmt = argparse.RawDescriptionHelpFormatter
     rep = sub.add_parser("report", help="probe the installed stack in child processes; write the matrix",
                          description=_REPORT_HELP, formatter_class=fmt)  # fmt: skip
@@ -70,7 +70,63 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                      help="exit 1 when the capability table disagrees with the probe or dlbridge itself fails")  # fmt: skip
     sub.add_parser("doctor", help="installed versions and their known hazards (imports no framework; < 2 s)",
                    description=_DOCTOR_HELP, formatter_class=fmt)  # fmt: skip
+    _explain_parser(sub.add_parser("explain", help="what dlbridge would do with one array (runs nothing)",
+                                   description=_EXPLAIN_HELP.format(producer=next(iter(ADAPTERS)), consumer=HOST.name),
+                                   formatter_class=fmt))  # fmt: skip
     return parser
+
+
+_EXPLAIN_HELP = """\
+Make a small array of DTYPE with the producer framework and print the handoff record dlbridge
+decides for it (dlbridge.explain): its steps, whether the result shares memory, or the error the
+conversion raises. Nothing is converted. Example: dlbridge explain {producer} bfloat16 {consumer} --fallback view"""
+
+
+def _explain_parser(exp: argparse.ArgumentParser) -> None:
+    from ._adapters import ADAPTERS
+
+    exp.add_argument("producer", help=f"the framework that makes the array ({', '.join(ADAPTERS)})")
+    exp.add_argument("dtype", help="its dtype: a name or short name (bfloat16, bf16, e4m3fn, float32, ...)")
+    exp.add_argument("consumer", help="the framework it is handed to")
+    exp.add_argument("--layout", choices=("dense", "transposed", "readonly"), default="dense",
+                     help="the source array: dense, a transposed view, or a read-only one (default: dense)")  # fmt: skip
+    exp.add_argument("--device", default="cpu", help="where the producer makes it: cpu or cuda (default: cpu)")
+    exp.add_argument("--fallback", choices=("raise", "view", "upcast"), help="as convert's fallback=")
+    exp.add_argument("--copy", choices=("true", "false"), help="as convert's copy= (default: None)")
+    exp.add_argument("--json", action="store_true", help="print the record as JSON")
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import json
+
+    from ._adapters import ADAPTERS
+    from ._dtypes import ALIASES, BY_NAME
+    from ._explain import explain
+    from ._report._cases import import_order, installed_frameworks, make_source, reference
+
+    aliases = {alias: a.name for a in ADAPTERS.values() for alias in (a.module, *a.aliases)}
+    producer = _one(args.producer, list(ADAPTERS), "framework", aliases)
+    consumer = _one(args.consumer, list(ADAPTERS), "framework", aliases)
+    dtype = _one(args.dtype, list(BY_NAME), "dtype", ALIASES)
+    missing = [f for f in (producer, consumer) if f not in installed_frameworks()]
+    if missing:
+        raise UsageError(f"{', '.join(missing)} not installed here")
+    for name in import_order([producer, consumer]):  # an order that cannot crash the process
+        __import__(ADAPTERS[name].module)
+    try:
+        src = make_source(producer, args.device, reference(dtype), args.layout)
+    except Exception as err:
+        raise UsageError(f"{producer} cannot make a {args.layout} {dtype} array on {args.device}: {err}") from None
+    copy = None if args.copy is None else args.copy == "true"
+    record = explain(src, consumer, fallback=args.fallback, copy=copy)
+    if args.json:
+        print(json.dumps(record.to_json(), indent=1))
+    else:
+        given = record.given.describe() if record.given is not None else f"{producer} {dtype}"
+        print(f"{given} -> {consumer}: {'shares memory' if record.shares else 'no shared memory'}")
+        for step in record.steps:
+            print(f"  {step}")
+    return EXIT_OK
 
 
 def _names(
@@ -88,6 +144,13 @@ def _names(
     if not out:
         raise UsageError(f"--{what}s is empty; valid {what}s: {', '.join(valid)}")
     return out
+
+
+def _one(text: str, valid: Sequence[str], what: str, aliases: dict[str, str]) -> str:
+    names = _names(text, valid, what, aliases) or []
+    if len(names) != 1:
+        raise UsageError(f"expected one {what}, got {text!r}")
+    return names[0]
 
 
 def _selection(args: argparse.Namespace) -> tuple[list[str], list[str], list[str] | None]:
@@ -200,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(doctor_text())
             return EXIT_OK
+        if args.command == "explain":
+            return _explain(args)
         return _report(args, shlex.join([*prog.split(), *args_list]))
     except UsageError as err:
         print(f"{prog} {args.command}: {err}", file=sys.stderr)

@@ -1,21 +1,23 @@
-"""The conversion pipeline: export once, read the capsule, decide, import, check.
+"""The conversion pipeline: export, read the capsule, decide (``_handoff.decide``), run the record.
 
 Every decision comes from the capsule (dtype code, bits, lanes, device, strides, flags) and
 the target's row in the capability table, never from framework-specific attributes, so any
 DLPack producer is covered. A capsule the target would reject is never handed to it.
 
-Asking the producer for its capsule is ``_export``'s; moving memory to another device, ``_moves``'.
+A conversion is at most three stages, run in a loop (never by calling itself): a device move, a
+dense copy, the import; each is decided on the array the stage before made (``decide_stage``,
+which ``dlbridge.explain`` also calls). Asking the producer for its capsule is ``_export``'s;
+moving memory to another device, ``_moves``'.
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _logical
 from ._adapters import (
-    ADAPTERS,
     HOST,
     Adapter,
     AsIs,
@@ -49,17 +51,16 @@ from ._errors import (
     LayoutError,
     NotAnArrayError,
     OptionError,
-    ReadOnlyError,
-    UnsupportedDtypeError,
 )
 from ._export import MAX_VERSION, export, inspect
+from ._handoff import Handoff, decide
 from ._logical import _entries as _views  # mutated in place, never rebound
-from ._moves import cross_device
+from ._moves import move, plan_move
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
-from ._plan import Plan, native_plan, plan_for, recalled_fallback
+from ._plan import Plan, recalled_fallback
 from ._sizes import check_copy_size, copied, size_text
 
-__all__ = ["convert", "inspect", "MAX_VERSION"]
+__all__ = ["convert", "inspect", "MAX_VERSION", "decide_stage", "run_stages", "Front", "Next", "direct", "to_host"]
 
 
 # --- the pipeline -----------------------------------------------------------------------------
@@ -76,14 +77,73 @@ def convert(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None,
     return _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream)
 
 
+class Next(NamedTuple):
+    """What a move or a dense copy hands the next stage: the new array and the options for it."""
+
+    x: Any
+    fallback: Fallback
+    dtype: Any
+    device: Any
+    copy: bool | None
+    stream: int | None
+
+
+class Front(NamedTuple):
+    """A stage decided: its record, and what running it needs (the capsule, unconsumed)."""
+
+    record: Handoff
+    capsule: Any = None
+    info: DLPackInfo | None = None
+    x: Any = None
+    source: Adapter | None = None
+    caps: Capabilities | None = None
+    fallback: Fallback = "raise"
+    dtype: Any = None
+    devices: tuple[tuple[int, int], tuple[int, int]] = ((1, 0), (1, 0))  # (the source's, the home it shares)
+    device_to: tuple[int, int] | None = None  # a raw capsule relabelled for the import
+    value: Any = None  # record.keep: what the consumer gets
+
+
 def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
              stream: int | None) -> Any:  # fmt: skip
-    # The hot path of every conversion: kept flat (few calls) on purpose; see BENCHMARKS.md.
+    return run_stages(x, target, fallback, dtype, device, copy, stream)[0]
+
+
+def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
+               stream: int | None) -> tuple[Any, Handoff]:  # fmt: skip
+    """Decide, then run: at most a device move, a dense copy and the import, each stage decided on
+    the array the stage before made (export -> read -> decide -> run). Returns the result and the
+    record of its last stage (the import)."""
     if copy is not None and copy is not True and copy is not False:
         raise OptionError(f"copy={copy!r}; expected True, False or None")
+    for _ in range(4):
+        front = decide_stage(x, target, fallback, dtype, device, copy, stream)
+        record = front.record
+        if record.error is not None:
+            record.raise_error()
+        if record.keep:
+            return front.value, record
+        if record.move is not None:
+            step = move(front, target, device, copy, stream)
+        elif record.dense is not None:
+            step = _dense_copy(front, target, copy)
+        elif record.deferred:
+            step = _deferred(front, target, copy)
+        else:
+            return _run(front, target, copy), record
+        if type(step) is not Next:
+            return step, record.then or record
+        x, fallback, dtype, device, copy, stream = step
+    raise AssertionError(f"to_{target.name}(): no handoff after four stages")  # pragma: no cover
+
+
+def decide_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
+                 stream: int | None) -> Front:  # fmt: skip
+    """Where ``x`` is, its capsule (exported, not consumed) and the record for it; raises the errors
+    found before a record can be made (not an array, a producer that fails, a device it cannot use)."""
     cls = type(x)
     if cls is CapsuleType:
-        return _from_capsule(x, target, fallback, dtype, device, copy, stream)
+        return _capsule_stage(x, target, fallback, dtype, device, copy, stream)
     source = adapter_for(x)
     if source is None and not hasattr(cls, "__dlpack__"):
         raise symbolic_error(cls) or NotAnArrayError(
@@ -104,81 +164,93 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         dst_dev = target.home_device  # copy=True: the target's home device
     if dst_dev != home or home[0] not in target.device_codes:
         if dst_dev[0] != 1 or home[0] != 1 or 1 not in target.device_codes:
-            return cross_device(x, source, target, home, dst_dev, fallback, dtype, device, copy, stream)
+            record = plan_move(x, source, target, home, dst_dev, fallback, dtype, device, copy, stream)
+            return Front(record, x=x, source=source, fallback=fallback, dtype=dtype, devices=(src_dev, home))
         home = host_device(target, dst_dev, device)  # JAX's CPU device N: the same memory, labelled N
     caps = target.capabilities()
+    front = Front(Handoff("?", target.name), None, None, x, source, caps, fallback, dtype, (src_dev, home))
     if stream is None and target.asks_producer_stream and src_dev[0] in GPU_CODES:
-        return _deferred(x, source, target, caps, fallback, dtype, copy, src_dev, home)
+        # Decided when the consumer asks for the capsule, with its stream (no export before that).
+        who = source.name if source is not None else producer_name(x) or "?"
+        return front._replace(record=Handoff(who, target.name, deferred=True, copy=copy is True))
     try:  # (free unless raised) AsIs: the target gets x itself, e.g. torch -> torch keeping autograd
-        if src_dev[0] in GPU_CODES:
-            wire_stream = _gpu_stream(stream, source, target, src_dev)
-            with source.on_device(src_dev) if source is not None else nullcontext():
-                capsule = export(x, source, wire_stream, MAX_VERSION if caps.versioned_capsules else None, copy,
-                                  target, dtype)  # fmt: skip
-        else:
-            if stream is not None:
-                raise OptionError(
-                    f"stream={stream!r} on {device_name(src_dev[0])}: only stream=None is valid off the GPU"
-                )
-            if source is target and not caps.readonly_arrays and dtype is None and copy is not True:
-                shared = target.readonly_alias(x)  # NumPy < 2.1 cannot export a read-only array to itself
-                if shared is not None:
-                    return shared
-            capsule = export(x, source, None, MAX_VERSION if caps.versioned_capsules else None, copy, target, dtype)
+        capsule = _export(x, source, target, caps, dtype, copy, stream, src_dev)
     except AsIs as kept:
-        return kept.value
+        record = Handoff(source.name if source else "?", target.name, keep=True, copy=copy is True)
+        return front._replace(record=record, value=kept.value)
     info = read(capsule, source.name if source is not None else producer_name(x))
     if info.device_code != home[0] or info.device_id != home[1]:
         check_device(info, src_dev)  # raises unless the capsule is on the claimed device (or its alias)
         relabel_device(capsule, home)  # our own export: relabelled as the memory the target can use
         info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
-    if _needs_layout_copy(info, caps):
-        del capsule  # unconsumed: the producer's destructor frees it
-        return _layout_copy(x, source, info, target, caps, fallback, dtype, copy, stream)
-    return _import(capsule, info, target, caps, fallback, dtype, copy)
+    record = decide(info, target, caps, fallback, dtype, copy, source=source)
+    return front._replace(record=record, capsule=capsule, info=info)
 
 
-def _layout_copy(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter, caps: Capabilities,
-                 fallback: Fallback, dtype: Any, copy: bool | None, stream: int | None) -> Any:  # fmt: skip
-    """``x`` (described by ``info``) converted through a dense copy, the layout ``target`` needs."""
-    if copy is False:
-        raise LayoutError(_layout_message(info, caps, target, ", which copy=False forbids. Pass copy=None."))
-    # Decide the dtype first: an unsupported one raises before any copy is made, and the dense
-    # copy (a new object, which a view's memory does not follow) is told what the data is.
-    plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
-    dense, relabelled = _dense_source(x, source, info, target)
-    if dtype is None:
-        dtype = relabelled
+def _export(x: Any, source: Adapter | None, target: Adapter, caps: Capabilities, dtype: Any, copy: bool | None,
+            stream: int | None, src_dev: tuple[int, int]) -> Any:  # fmt: skip
+    """``x``'s capsule for ``target`` (raises ``AsIs`` where the target gets ``x`` itself)."""
+    version = MAX_VERSION if caps.versioned_capsules else None
+    if src_dev[0] in GPU_CODES:
+        wire_stream = _gpu_stream(stream, source, target, src_dev)
+        with source.on_device(src_dev) if source is not None else nullcontext():
+            return export(x, source, wire_stream, version, copy, target, dtype)
+    if stream is not None:
+        raise OptionError(f"stream={stream!r} on {device_name(src_dev[0])}: only stream=None is valid off the GPU")
+    if source is target and not caps.readonly_arrays and dtype is None and copy is not True:
+        shared = target.readonly_alias(x)  # NumPy < 2.1 cannot export a read-only array to itself
+        if shared is not None:
+            raise AsIs(shared)
+    return export(x, source, None, version, copy, target, dtype)
+
+
+def _run(front: Front, target: Adapter, copy: bool | None) -> Any:
+    """Hand the decided capsule to the consumer and finish the result as the record says."""
+    capsule, info, caps, record = front.capsule, front.info, front.caps, front.record
+    assert info is not None and caps is not None and record.plan is not None
+    return _import(capsule, info, target, caps, record, copy, front.device_to)
+
+
+def _dense_copy(front: Front, target: Adapter, copy: bool | None) -> Next:
+    """The dense copy the record asks for, handed to the next stage."""
+    info = front.info
+    assert info is not None
+    dense, relabelled = _dense_source(front.x, front.source, info, target)
+    dtype = relabelled if front.dtype is None else front.dtype
     # A dense array at another address is already the copy copy=True asks for, and the target
     # may copy it once more (JAX, misaligned) without harm: copy=None. At the same address
     # (only re-exported, e.g. NumPy dropping a byte_offset) the caller's copy= still applies.
     moved = info.size and adapter_for(dense).data_ptr(dense) != info.data_ptr  # type: ignore[union-attr]
-    return _convert(dense, target, fallback, dtype, None, None if moved else copy, stream)
+    return Next(dense, front.fallback, dtype, None, None if moved else copy, None)
 
 
 class _NeedsDense(Exception):  # a signal from inside a consumer's from_dlpack, caught in _deferred
     pass
 
 
-def _deferred(x: Any, source: Adapter | None, target: Adapter, caps: Capabilities, fallback: Fallback,
-              dtype: Any, copy: bool | None, src_dev: tuple[int, int], home: tuple[int, int]) -> Any:  # fmt: skip
+def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
     """A GPU source handed to a consumer that asks the producer for a stream itself (JAX): the
     consumer gets a ``DeferredCarrier``, and the export, with every check of the pipeline, happens
     when it calls ``__dlpack__(stream=S)``, with its own ``S`` (one export, the right stream)."""
+    x, source, caps, (src_dev, home) = front.x, front.source, front.caps, front.devices
+    assert caps is not None
     state: dict[str, Any] = {}
 
     def export_when_asked(stream: Any) -> Any:
         with source.on_device(src_dev) if source is not None else nullcontext():
-            capsule = export(x, source, stream, MAX_VERSION if caps.versioned_capsules else None, copy, target, dtype)
+            version = MAX_VERSION if caps.versioned_capsules else None
+            capsule = export(x, source, stream, version, copy, target, front.dtype)
         info = read(capsule, source.name if source is not None else producer_name(x))
         if info.device_code != home[0] or info.device_id != home[1]:
             check_device(info, src_dev)
             relabel_device(capsule, home)
             info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
+        record = state["record"] = decide(info, target, caps, front.fallback, front.dtype, copy, source=source)
         state["info"] = info
-        if _needs_layout_copy(info, caps):
+        if record.dense is not None:
             raise _NeedsDense
-        state["plan"] = _ready(capsule, info, target, caps, fallback, dtype, copy)[0]
+        record.raise_error()
+        _ready(capsule, info, record)
         return capsule
 
     try:
@@ -186,7 +258,7 @@ def _deferred(x: Any, source: Adapter | None, target: Adapter, caps: Capabilitie
     except AsIs as kept:
         return kept.value
     except _NeedsDense:
-        return _layout_copy(x, source, state["info"], target, caps, fallback, dtype, copy, None)
+        return _dense_copy(front._replace(info=state["info"], record=state["record"]), target, copy)
     except DLBridgeError:
         raise
     except Exception as err:
@@ -199,7 +271,7 @@ def _deferred(x: Any, source: Adapter | None, target: Adapter, caps: Capabilitie
         raise CapsuleError(
             f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()}: {type(err).__name__}: {err}"
         ) from err
-    return _imported(result, state["info"], state["plan"], target, caps, copy)
+    return _imported(result, state["info"], state["record"], target, caps, copy)
 
 
 def _gpu_stream(stream: int | None, source: Adapter | None, target: Adapter, device: tuple[int, int]) -> int | None:
@@ -214,16 +286,17 @@ def _gpu_stream(stream: int | None, source: Adapter | None, target: Adapter, dev
     return source.no_sync_stream if wire == -1 and source is not None else wire
 
 
-def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any,
-                  copy: bool | None, stream: int | None) -> Any:  # fmt: skip
+def _capsule_stage(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any,
+                   copy: bool | None, stream: int | None) -> Front:  # fmt: skip
+    """A raw capsule: it can be relabelled (pinned -> cpu, CPU ids), not moved or made dense."""
     info = read(capsule)
-    alias = alias_device(info.device)  # pinned / managed memory: see _convert
+    alias = alias_device(info.device)  # pinned / managed memory: see decide_stage
     usable = alias != info.device and info.device_code not in target.device_codes and alias[0] in target.device_codes
     device_to = None  # the caller's capsule is relabelled only right before the import (and restored)
     if usable and parse_device(device, alias) == alias:
         device_to = alias
     elif info.device_code == 1 and (info.device_id or device is not None) and 1 in target.device_codes:
-        wanted = parse_device(device, (1, 0))  # every CPU id names the host's memory: see _convert
+        wanted = parse_device(device, (1, 0))  # every CPU id names the host's memory: see decide_stage
         if wanted[0] == 1 and wanted != info.device:
             device_to = host_device(target, wanted, device)
     if device_to is not None:
@@ -235,17 +308,13 @@ def _from_capsule(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any,
             "itself (not its capsule) so dlbridge can ask its producer for a copy"
         )
     caps = target.capabilities()
-    if _needs_layout_copy(info, caps):
-        raise LayoutError(
-            _layout_message(info, caps, target, ", which dlbridge cannot make from a raw capsule")
-            + ". Pass the array itself (not its capsule), so dlbridge can ask its producer for a dense copy."
-        )
-    return _import(capsule, info, target, caps, fallback, dtype, copy, device_to)
+    record = decide(info, target, caps, fallback, dtype, copy, raw=True)
+    return Front(record, capsule, info, capsule, None, caps, fallback, dtype, (info.device, info.device), device_to)
 
 
-def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback,
-            dtype: Any, copy: bool | None, device_to: tuple[int, int] | None = None) -> Any:  # fmt: skip
-    plan, saved = _ready(capsule, info, target, caps, fallback, dtype, copy, device_to)
+def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, record: Handoff,
+            copy: bool | None, device_to: tuple[int, int] | None = None) -> Any:  # fmt: skip
+    saved = _ready(capsule, info, record, device_to)
     try:
         result = target.import_capsule(capsule, info.device, caps)
     except BaseException as err:
@@ -255,59 +324,34 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
             raise
         raise CapsuleError(
             f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "
-            f"as {plan.wire}: {type(err).__name__}: {err}"
+            f"as {record.plan.wire if record.plan else '?'}: {type(err).__name__}: {err}"
         ) from err
-    return _imported(result, info, plan, target, caps, copy)
+    return _imported(result, info, record, target, caps, copy)
 
 
-def _ready(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback, dtype: Any,
-           copy: bool | None, device_to: tuple[int, int] | None = None) -> tuple[Plan, Any]:  # fmt: skip
-    """Every check that can refuse, then the capsule's edits: (the plan, what ``restore`` undoes)."""
-    if dtype is None and info.code != 1 and info.dtype in caps.imports:
-        plan = native_plan(info.dtype)  # the common case, without building plan_for's message prefix
-    else:
-        plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
-    if plan.mode == "upcast" and copy is False:
-        raise UnsupportedDtypeError(
-            f'to_{target.name}(): {caps.consumer} cannot hold {plan.logical}, and fallback="upcast" makes a '
-            f'float32 copy of {info.describe()}, which copy=False forbids; pass fallback="view" for a zero-copy '
-            f"{plan.wire} view, or copy=None"
-        )
-    if info.versioned and not caps.versioned_capsules:
-        raise CapsuleError(
-            f"to_{target.name}(): {caps.consumer} {caps.version} reads only legacy 'dltensor' capsules, and "
-            f"{info.describe()} came as 'dltensor_versioned' (a raw capsule, or a producer that ignored "
-            "max_version=None); pass the array itself, from a producer that can export a legacy capsule"
-        )
-    writable = info.readonly and not caps.readonly_arrays
-    if writable and copy is not True:
-        raise ReadOnlyError(
-            f"to_{target.name}(): {info.describe()} is read-only and {caps.consumer} arrays cannot be; "
-            "sharing it would let writes through. Pass copy=True for a writable copy."
-        )
-    if plan.wire not in caps.imports:  # the invariant that keeps crash-prone consumers alive
-        raise UnsupportedDtypeError(
-            f"to_{target.name}(): internal plan {plan} would hand {caps.consumer} a dtype it rejects"
-        )
-    # Edits last, after every check that can refuse, and undone if the consumer refuses too: a
-    # capsule nobody consumed (a caller's raw capsule) is left exactly as it came. READ_ONLY is
-    # dropped only for an import copied right after it, so nobody writes the original.
+def _ready(capsule: Any, info: DLPackInfo, record: Handoff, device_to: tuple[int, int] | None = None) -> Any:
+    """The capsule's edits the record asks for (after every check that can refuse: the record's);
+    returns what ``restore`` undoes if the consumer refuses too, so a capsule nobody consumed (a
+    caller's raw capsule) is left exactly as it came."""
+    plan = record.plan
+    assert plan is not None
     wire = BY_NAME[plan.wire] if plan.wire != info.dtype else None
+    writable = record.drop_readonly
     saved = rewrite(capsule, wire, device_to, writable) if wire is not None or device_to or writable else None
-    if caps.row_major_only and info.strides is not None and info.strides != c_strides(info.shape):
+    if record.c_order:
         set_c_strides(capsule, info.shape)  # C order up to size-1 dimensions, said literally
-    return plan, saved
+    return saved
 
 
-def _imported(result: Any, info: DLPackInfo, plan: Plan, target: Adapter, caps: Capabilities,
+def _imported(result: Any, info: DLPackInfo, record: Handoff, target: Adapter, caps: Capabilities,
               copy: bool | None) -> Any:  # fmt: skip
-    """What the consumer imported, made writable, checked for a copy, and finished (``plan``)."""
-    if caps.readonly_imports and not info.readonly:
+    """What the consumer imported, made writable, checked for a copy, and finished (``record.plan``)."""
+    plan = record.plan
+    assert plan is not None
+    if record.writable:
         # NumPy < 2.2 makes every import read-only; NumPy 2.2+ only READ_ONLY capsules (and legacy
         # ones, which cannot say): a versioned capsule, or a known mutable producer, comes back writable.
-        producer = ADAPTERS.get(info.producer or "")
-        if info.versioned or (producer is not None and producer.mutable_arrays):
-            result = target.writable(result)
+        result = target.writable(result)
     # The consumer may copy on its own (JAX does for misaligned CPU buffers).
     if copy is False and info.size and target.data_ptr(result) != info.data_ptr:
         raise LayoutError(
@@ -361,28 +405,6 @@ def _upcast(result: Any, plan: Plan, target: Adapter, info: DLPackInfo) -> Any:
 # --- layouts ------------------------------------------------------------------------------------
 
 
-def _needs_layout_copy(info: DLPackInfo, caps: Capabilities) -> bool:
-    strides = info.strides
-    if strides is None:  # C order; some consumers then refuse a byte_offset (a dense re-export has none)
-        return info.byte_offset != 0 and caps.offset_needs_strides
-    if strides == c_strides(info.shape):
-        return False  # dense C order (the common case): no negative strides, compact
-    if caps.row_major_only:  # transposed layouts: refused or misread (see the capability row)
-        return not info.is_c_contiguous()
-    if info.has_negative_strides() and not caps.negative_strides:
-        return True
-    return caps.compact_only and not info.is_compact()
-
-
-def _layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter, why: str) -> str:
-    """What the target cannot share, and ``why`` the dense copy it needs is not made."""
-    layout = f"strides {list(info.strides)}" if info.strides is not None else f"byte_offset {info.byte_offset}"
-    return (
-        f"to_{target.name}(): {caps.consumer} {caps.version} cannot share {info.describe()} with {layout}; "
-        f"it needs a dense copy{why}"
-    )
-
-
 def _writable(dense: Any, info: DLPackInfo) -> Any:
     """A host copy the host framework may have imported read-only (NumPy < 2.2 does so for every
     capsule): writable again when the target's own (versioned) capsule said the memory is."""
@@ -395,20 +417,33 @@ def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adap
     try:
         if source is not None:
             return source.contiguous(x), None
-        if info.device_code == 1:  # through the host: as raw unsigned bits where it cannot hold the dtype
-            caps = HOST.capabilities()
-            if info.dtype in caps.imports or info.dtype in caps.holds:
-                dense = HOST.contiguous(_convert(x, HOST, "raise", None, None, None, None))
-                return _writable(dense, info), None
-            bits = unsigned_of_width(info.bits * info.lanes)
-            host = _convert(x, HOST, "raise", bits, None, None, None)
-            return _writable(HOST.contiguous(host), info), info.dtype if info.dtype in BY_NAME else None
+        # through the host: as raw unsigned bits where it cannot hold the dtype
+        caps = HOST.capabilities()
+        if info.dtype in caps.imports or info.dtype in caps.holds:
+            return _writable(HOST.contiguous(to_host(x, None)), info), None
+        host = to_host(x, unsigned_of_width(info.bits * info.lanes))
+        return _writable(HOST.contiguous(host), info), info.dtype if info.dtype in BY_NAME else None
     except MemoryError as err:
         raise LayoutError(
             f"to_{target.name}(): the dense copy {target.name} needs of {info.describe()} "
             f"({size_text(info.nbytes)}) did not fit in memory (MemoryError: {err}). Pass a smaller array."
         ) from err
-    raise LayoutError(
-        f"to_{target.name}(): {info.describe()} from an unknown producer has strides {list(info.strides or ())} "
-        f"that {target.name} cannot share, and dlbridge knows no way to make it dense on {info.device_type}"
-    )
+
+
+def to_host(x: Any, dtype: str | None) -> Any:
+    """``x`` (CPU memory) as the host framework's array, its bits labelled ``dtype`` (None: as they
+    are): the staging array of a dense copy or an upload."""
+    return direct(x, HOST, dtype)
+
+
+def direct(x: Any, target: Adapter, dtype: str | None, copy: bool | None = None, stream: int | None = None) -> Any:
+    """A one-stage handoff (no move, no dense copy) for staging: raises where the record needs more."""
+    front = decide_stage(x, target, "raise", dtype, None, copy, stream)
+    record = front.record
+    record.raise_error()
+    if record.keep:
+        return front.value
+    if record.move is not None or record.dense is not None or record.deferred:
+        raise LayoutError(f"to_{target.name}(): cannot stage {record.given.describe() if record.given else x!r} "
+                          f"in one step ({record})")  # fmt: skip
+    return _run(front, target, copy)

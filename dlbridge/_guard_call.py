@@ -9,17 +9,26 @@ from collections.abc import Callable, Sequence
 from types import CoroutineType, GeneratorType
 from typing import Any
 
-from . import _logical
 from ._adapters import Adapter, adapter_for
 from ._capsule import DEVICE_ALIASES, alias_device, device_name
-from ._convert import _convert, inspect
+from ._convert import run_stages
 from ._devices import device_of
-from ._dtypes import DType, dtype_name, lookup
-from ._errors import DeviceMismatchError, DLBridgeError, NotAnArrayError, OptionError, ReadOnlyError
+from ._dtypes import BY_NAME, DType, dtype_name, lookup
+from ._errors import (
+    CapsuleError,
+    DeviceMismatchError,
+    DLBridgeError,
+    NotAnArrayError,
+    OptionError,
+    ProducerError,
+    ReadOnlyError,
+    UnsupportedDtypeError,
+)
+from ._explain import explain
 from ._guard_kinds import converted_coroutine, converted_generator
 from ._guard_messages import call_head, describe, in_context
+from ._handoff import Handoff
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
-from ._plan import plan_for, recalled_fallback
 
 __all__ = ["_Spec", "_Call"]
 
@@ -258,21 +267,19 @@ class _Call:
         if fb is None:
             fb = self.fb = resolve_fallback(spec.fallback)
         try:
-            new = _convert(x, spec.target, fb, None, spec.device, spec.copy, spec.stream)
+            new, record = run_stages(x, spec.target, fb, None, spec.device, spec.copy, spec.stream)
         except DLBridgeError as err:
             raise in_context(err, spec, where, x) from err.__cause__
         if fb == "view":
-            self.note_view(x, new, where)
+            self.note_view(record, where)
         self.given[id(new)] = (new, x, None if new is x else _layout(new))
         return new
 
-    def note_view(self, x: Any, new: Any, where: tuple[Any, ...]) -> None:
-        wire = lookup(getattr(new, "dtype", None))
-        if wire is None or wire.code != 1:
-            return
-        logical = lookup(getattr(x, "dtype", None))
-        if logical is not None and logical != wire and logical.width == wire.width:
-            self.views.setdefault(wire, (dtype_name(*logical), self.spec.label(where)))
+    def note_view(self, record: Handoff, where: tuple[Any, ...]) -> None:
+        """A ``fallback="view"`` conversion the record says handed over a view: noted for the result."""
+        plan = record.plan
+        if plan is not None and plan.mode == "view":
+            self.views.setdefault(BY_NAME[plan.wire], (plan.logical, self.spec.label(where)))
 
     def plain_argument(self, wire: DType) -> bool:
         """Whether the caller also passed a genuine ``wire`` array (a real uint16 beside a bf16 view):
@@ -286,23 +293,20 @@ class _Call:
         return f'dlbridge.guard({self.spec.to_label!r}, fallback="view"): {self.spec.name}() received {seen}'
 
     def check(self, x: Any, where: tuple[Any, ...]) -> None:
-        """``convert=False``: raise now what the target would fail on, convert nothing."""
+        """``convert=False``: raise now what the target would fail on (the record's device move or
+        dtype refusal; layouts and read-only memory are the body's own), convert nothing."""
         __tracebackhide__ = True
         spec = self.spec
-        dev = _device(x)
-        if dev[0] not in spec.target.device_codes and alias_device(dev)[0] not in spec.target.device_codes:
+        record = explain(x, spec.target.name, fallback="raise")
+        if record.move is not None or record.error is DeviceMismatchError:
             where_ok = sorted({device_name(c) for c in spec.target.device_codes})
             raise DeviceMismatchError(
                 f"{call_head(spec, where)}: received {describe(x)}; {spec.target.name} arrays live on "
                 f"{' or '.join(where_ok)}, and convert=False moves nothing. Pass the argument on "
                 f'{where_ok[0]}, or drop convert=False and pass device="{where_ok[0]}" to the guard'
             )
-        try:
-            info = inspect(x)
-            logical = _logical.recall(x, info)
-            fallback = recalled_fallback("raise") if logical is not None else "raise"
-            plan_for(info, spec.target.capabilities(), fallback, logical, spec.target.name)
-        except DLBridgeError as err:
+        if record.error in (UnsupportedDtypeError, OptionError, ProducerError, NotAnArrayError, CapsuleError):
+            err = record.error(record.message)
             hint = " convert=False converts nothing: drop it to let the guard convert with that fallback."
             raise in_context(err, spec, where, x, hint if "fallback=" in str(err) else "") from None
 
@@ -345,11 +349,11 @@ class _Call:
         fb = self.fb if self.fb is not None else resolve_fallback(spec.fallback)
         try:
             try:
-                return _convert(r, back, fb, dtype, device, None, None)
+                return run_stages(r, back, fb, dtype, device, None, None)[0]
             except ReadOnlyError:
                 # A read-only result (a NumPy view of a JAX array, say) that the caller's framework
                 # cannot share: results need only their values, so let the producer copy it.
-                return _convert(r, back, fb, dtype, device, True, None)
+                return run_stages(r, back, fb, dtype, device, True, None)[0]
         except DLBridgeError as err:
             raise in_context(err, spec, where, r, returned=True) from err.__cause__
 

@@ -1,49 +1,82 @@
 """Conversions that move memory between devices: the producer's own copy, an upload of the host's
 bytes by the target, or a DLPack ``dl_device=`` copy from a producer dlbridge has no adapter for.
 
-Each ends in the pipeline again (``_convert``) with the moved array, whose memory the target can use.
+``plan_move`` decides (the record's ``move``), ``move`` runs it: the moved array goes to the pipeline's
+next stage, whose memory the target can use.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from . import _convert as pipeline  # the pipeline (it imports this module: read at call time)
-from ._adapters import HOST, Adapter
+from ._adapters import HOST, Adapter, producer_name
 from ._capsule import GPU_CODES, CapsuleType, DLPackInfo, device_name
 from ._devices import device_of
 from ._dtypes import BY_NAME, unsigned_of_width
 from ._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
 from ._export import MAX_VERSION, inspect
+from ._handoff import Handoff, Move, decide, dense_info
 from ._options import Fallback
 from ._plan import Plan, plan_for
 
-__all__ = ["cross_device"]
+__all__ = ["plan_move", "move"]
 
 
-def cross_device(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
-                  dst_dev: tuple[int, int], fallback: Fallback, dtype: Any, device: Any,
-                  copy: bool | None, stream: int | None = None) -> Any:  # fmt: skip
+def plan_move(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int], dst_dev: tuple[int, int],
+              fallback: Fallback, dtype: Any, device: Any, copy: bool | None, stream: int | None) -> Handoff:  # fmt: skip
+    """The record of a conversion that moves ``x`` to ``dst_dev`` first, decided before any copy: a
+    refusal (a move the caller did not ask for, a device the target lacks, a dtype) keeps the move."""
+    try:
+        return _plan_move(x, source, target, src_dev, dst_dev, fallback, dtype, device, copy, stream)
+    except DLBridgeError as err:
+        who = producer_name(x) or "?"
+        return Handoff(who, target.name, None, type(err), str(err), move=Move(src_dev, dst_dev, "?"), raised=err)
+
+
+def _plan_move(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int], dst_dev: tuple[int, int],
+               fallback: Fallback, dtype: Any, device: Any, copy: bool | None, stream: int | None) -> Handoff:  # fmt: skip
     target.check_installed()  # "install cupy" comes before "pass device=" (cached; imports nothing)
     # The caller's stream= is the stream the target reads on (on the destination device): the copy's
     # handoff is synchronised with it. Off the GPU only stream=None is valid.
     if stream is not None and dst_dev[0] not in GPU_CODES:
         raise OptionError(f"stream={stream!r} on {device_name(dst_dev[0])}: only stream=None is valid off the GPU")
-    wire = stream if dst_dev[0] in GPU_CODES else None
     there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
     _check_move_allowed(x, source, target, src_dev, dst_dev, device, copy, there)
     # Decide the dtype first, so an unsupported one raises before any copy is made.
     probe = inspect(x)
-    plan = plan_for(probe, target.capabilities(), fallback, dtype, f"to_{target.name}()")
+    caps = target.capabilities()
+    plan = plan_for(probe, caps, fallback, dtype, f"to_{target.name}()")
     if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
-        moved = _moved_by(source, x, dst_dev, target, probe, there)  # every adapter can bring its arrays to the host
+        how = source.name  # every adapter can bring its arrays to the host
+    elif src_dev[0] == 1:
+        how = f"{target.name} (an upload of the host's bytes)"
+    elif dst_dev[0] == 1:
+        how = f"{probe.producer or 'the producer'} (DLPack dl_device=)"
+    else:
+        raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")
+    moved = replace(dense_info(probe), device_type=device_name(dst_dev[0]), device_code=dst_dev[0],
+                    device_id=dst_dev[1])  # fmt: skip
+    then = decide(moved, target, caps, fallback, dtype, None, source=source)
+    who = probe.producer or "?"
+    return Handoff(who, target.name, probe, plan=plan, move=Move(src_dev, dst_dev, how), then=then)
+
+
+def move(front: Any, target: Adapter, device: Any, copy: bool | None, stream: int | None) -> Any:
+    """Run a record's move: the moved array for the next stage (``Next``), or the result (an upload)."""
+    record, x, source = front.record, front.x, front.source
+    src_dev, dst_dev = record.move.source, record.move.destination
+    wire = stream if dst_dev[0] in GPU_CODES else None
+    there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
+    probe = record.given
+    if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
+        moved = _moved_by(source, x, dst_dev, target, probe, there)
         # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
-        return pipeline._convert(moved, target, fallback, dtype, dst_dev if dst_dev[0] == 1 else None, None, wire)
+        return pipeline.Next(moved, front.fallback, front.dtype, dst_dev if dst_dev[0] == 1 else None, None, wire)
     if src_dev[0] == 1:
-        return _upload(x, target, plan, probe, dst_dev, wire, there)
-    if dst_dev[0] == 1:
-        return pipeline._from_capsule(_host_capsule(x, target, probe), target, fallback, dtype, dst_dev, None, None)
-    raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")
+        return _upload(x, target, record.plan, probe, dst_dev, wire, there)
+    return pipeline.Next(_host_capsule(x, target, probe), front.fallback, front.dtype, dst_dev, None, None)
 
 
 def _check_move_allowed(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
@@ -81,13 +114,13 @@ def _upload(x: Any, target: Adapter, plan: Plan, probe: DLPackInfo, dst_dev: tup
     """CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
     array), labels them with the dtype it imports (plan.wire), and the plan is applied there."""
     width = BY_NAME[plan.wire].width
-    host = pipeline._convert(x, HOST, "raise", unsigned_of_width(width) or plan.wire, None, None, None)
+    host = pipeline.to_host(x, unsigned_of_width(width) or plan.wire)
     writable = True if HOST.is_readonly(host) else None  # the upload copies: a read-only source is fine
     try:
         if 1 in target.device_codes:
-            moved = target.to_device(pipeline._convert(host, target, "raise", plan.wire, None, writable, None), dst_dev)
+            moved = target.to_device(pipeline.direct(host, target, plan.wire, writable), dst_dev)
         else:
-            moved = pipeline._convert(target.from_host(host, dst_dev), target, "raise", plan.wire, None, None, wire)
+            moved = pipeline.direct(target.from_host(host, dst_dev), target, plan.wire, None, wire)
     except DLBridgeError:
         raise
     except Exception as err:  # e.g. a CPU-only build asked for CUDA

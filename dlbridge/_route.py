@@ -3,7 +3,7 @@
 Most handoffs are the same few cases over and over: a CPU array of a framework's own type, dense
 C order, no keyword but ``fallback=``. For those the decision depends only on the consumer's
 capability row, the capsule's dtype and the fallback, so it is made once by the pipeline's own
-rules (``plan_for``) and stored as a *route*: the dtype the consumer is handed (the same one, or
+rules (``_handoff.decide``) and stored as a *route*: the dtype the consumer is handed (the same one, or
 a same-width relabel) and what turns its import into the result (nothing, or a zero-copy view).
 
 ``convert(spec, x, fallback, dtype, device, copy, stream)`` replays a route: the compiled one in
@@ -40,9 +40,8 @@ from ._capabilities import Capabilities
 from ._capsule import Carrier, DLPackInfo, c_strides, export_exchange, probe, relabel_triple, restore_triple
 from ._convert import _convert
 from ._dtypes import BY_NAME, BY_TRIPLE
-from ._errors import DLBridgeError
+from ._handoff import decide
 from ._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
-from ._plan import plan_for
 
 __all__ = ["SPECS", "convert", "spec_for", "replace_slow"]
 
@@ -163,16 +162,19 @@ def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, ke
 
 
 def _decide(target: Adapter, caps: Capabilities, key: int) -> tuple[int, Any] | None:
-    """The route for one (consumer row, dtype, fallback), by the pipeline's rules; None: the
-    pipeline decides each time (a refusal, a remembered view, an upcasting copy)."""
+    """The route for one (consumer row, dtype, fallback): the record ``decide`` makes for a plain
+    capsule of that dtype (dense C order, writable, the capsule kind the consumer reads), kept where
+    it is a native import or a zero-copy relabel; None: the pipeline decides each time (a refusal,
+    a remembered view, an upcasting copy)."""
     code, bits, lanes, fallback = key & 0xFF, (key >> 8) & 0xFF, (key >> 16) & 0xFFFF, key >> 32
     name = BY_TRIPLE.get((code, bits, lanes))
     if name is None:
         return None
-    info = DLPackInfo(name, code, bits, lanes, "cpu", 0, (), None, 0, 0, False, True, None, None)
-    try:
-        plan = plan_for(info, caps, FALLBACKS[fallback])
-    except DLBridgeError:
+    versioned = caps.versioned_capsules
+    info = DLPackInfo(name, code, bits, lanes, "cpu", 0, (), None, 0, 0, False, versioned, None, None)
+    record = decide(info, target, caps, FALLBACKS[fallback], None, None)
+    plan = record.plan
+    if record.error is not None or plan is None or record.writable or record.c_order or record.drop_readonly:
         return None
     triple = key & 0xFFFFFFFF
     if plan.mode == "native":

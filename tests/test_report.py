@@ -336,14 +336,16 @@ def test_transposed_prediction_follows_row_major_only():
     assert (c.predicted, c.predicted_dlbridge) == ("ok", "ok") and c.disagreement() is None
 
 
-def test_readonly_prediction_speaks_only_where_a_row_does():
+def test_readonly_prediction_native_only_where_a_row_does_dlbridge_from_the_decision():
     cell = Cell("numpy", "cpu", "numpy", "float32", layout="readonly")
     no_rows = {"readonly_arrays": False, "readonly_imports": False}
     predict_layout(cell, _hello_caps(numpy=no_rows), {"cpu": 1})
     assert cell.predicted is None and cell.predicted_readonly is None  # no row says what native does
     assert cell.predicted_dlbridge == "ReadOnlyError"
     predict_layout(cell, _hello_caps(numpy={"readonly_arrays": False, "readonly_imports": True}), {"cpu": 1})
-    assert (cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge) == ("ok", True, None)
+    # Native: a read-only import. dlbridge: decide() refuses sharing read-only memory with a consumer
+    # whose arrays cannot be read-only (its imports are, but what it hands back is not promised).
+    assert (cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge) == ("ok", True, "ReadOnlyError")
 
 
 def test_a_flipped_readonly_row_shows_up_as_a_disagreement_from_a_real_probe():
@@ -356,7 +358,10 @@ def test_a_flipped_readonly_row_shows_up_as_a_disagreement_from_a_real_probe():
     cell.attempts = {a: Attempt.from_worker(run_task({**task, "attempt": a})) for a in ATTEMPTS}
     assert cell.native.readonly is True and cell.dlbridge.readonly is True
     predict_layout(cell, caps, {"cpu": 1})
-    assert cell.disagreement() is None  # readonly_imports: read-only natively; dlbridge: no claim
+    # readonly_imports: read-only natively (as seen); dlbridge's decision under this table would refuse
+    # the read-only source, and the probe converted it: flagged.
+    assert cell._native_disagreement() is None
+    assert "refuses it (ReadOnlyError)" in cell.disagreement()
     cell.predicted_readonly = False  # a row claiming a writable result
     assert "writable array of it; probe: from_dlpack returned a read-only one" in cell.disagreement()
     predict_layout(cell, _hello_caps(numpy={"readonly_arrays": False, "readonly_imports": False}), {"cpu": 1})

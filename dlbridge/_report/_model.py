@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._capabilities import Capabilities
+from ._cases import LAYOUT_DTYPE
+
 __all__ = ["ATTEMPTS", "Attempt", "Cell", "Export", "Report", "RESULTS", "MODES", "predict", "predict_layout",
-           "predict_export", "caps_entry"]  # fmt: skip
+           "predict_export", "caps_entry", "capabilities_of"]  # fmt: skip
 
 ATTEMPTS = ("native", "dlbridge", "view")
 RESULTS = ("ok", "error", "crash", "wrong")
@@ -22,15 +25,17 @@ class Attempt:
     zero_copy: bool | None = None
     export_failed: bool = False  # the producer's own __dlpack__() raised: not the consumer's doing
     readonly: bool | None = None  # layout cells: whether the result is read-only (None: not asked)
+    steps: str | None = None  # dlbridge attempts: the handoff record it ran (dlbridge.explain's str())
 
     @classmethod
     def from_worker(cls, data: dict[str, Any]) -> Attempt:
         return cls(data["status"], data.get("error"), bool(data.get("clean")), data.get("mode"),
-                   data.get("zero_copy"), bool(data.get("export_failed")), data.get("readonly"))  # fmt: skip
+                   data.get("zero_copy"), bool(data.get("export_failed")), data.get("readonly"),
+                   data.get("steps"))  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {"result": self.status, "error": self.error, "mode": self.mode, "zero_copy": self.zero_copy,
-                "readonly": self.readonly}  # fmt: skip
+                "readonly": self.readonly, "steps": self.steps}  # fmt: skip
 
 
 @dataclass
@@ -127,6 +132,7 @@ class Cell:
             "dlbridge": d.status,
             "dlbridge_error": d.error,
             "dlbridge_mode": d.mode,
+            "dlbridge_steps": d.steps,
             "zero_copy": d.zero_copy,
             "view": v.as_dict(),
             "table_predicts": self.predicted,
@@ -220,15 +226,18 @@ class Report:
         }
 
 
-_CAP_FLAGS = ("crashes_on_reject", "versioned_capsules", "compact_only", "row_major_only", "readonly_arrays",
-              "readonly_imports")  # fmt: skip
-
-
 def caps_entry(c: Any, device_codes: Any) -> dict[str, Any]:
-    """A consumer's ``Capabilities`` as the JSON the predictions read (made in the worker)."""
-    return {"version": c.version, "imports": sorted(c.imports), "holds": sorted(c.holds),
-            "device_codes": sorted(device_codes), **{f: getattr(c, f) for f in _CAP_FLAGS},
-            "exports_uint8": sorted(c.exports_uint8), "cannot_export": sorted(c.cannot_export)}  # fmt: skip
+    """A consumer's ``Capabilities`` as JSON (made in the worker; ``capabilities_of`` reads it back)."""
+    entry = {k: sorted(v) if isinstance(v, frozenset) else v for k, v in c._asdict().items()}
+    entry["device_codes"] = sorted(device_codes)
+    return entry
+
+
+def capabilities_of(entry: dict[str, Any]) -> Capabilities:
+    """The ``Capabilities`` a ``caps_entry`` was made from."""
+    fields: dict[str, Any] = {k: frozenset(v) if isinstance(v, list) else v
+                              for k, v in entry.items() if k in Capabilities._fields}  # fmt: skip
+    return Capabilities(**fields)
 
 
 def predict(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> str | None:
@@ -246,31 +255,43 @@ def predict(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> s
 def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> None:
     """Fill in what the table says about a layout cell, only where a row speaks to it.
 
-    transposed: with ``row_major_only`` dlbridge hands over a dense copy (the row is about the import
-    path dlbridge uses; the consumer's own from_dlpack of an array may take another one, so its native
-    outcome is not predicted); without it the consumer takes the strided capsule (``compact_only``
-    allows any permutation of a dense layout). read-only: ``readonly_arrays`` (or ``readonly_imports``)
-    give a read-only native result; dlbridge shares it read-only with ``readonly_arrays`` over a
-    versioned capsule, and otherwise refuses with ReadOnlyError (a legacy capsule cannot say
-    read-only, and a writable array would let writes through). No row: no prediction.
+    Native: transposed, the consumer takes the strided capsule unless ``row_major_only`` (whose
+    from_dlpack of an array may take another path: not predicted); read-only, ``readonly_arrays`` (or
+    ``readonly_imports``) give a read-only result. dlbridge: what ``decide`` makes of the capsule
+    (``_dlbridge_layout``). No row: no prediction.
     """
     c = caps.get(cell.consumer)
     cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge = predict(cell, caps, device_codes), None, None
     if c is None or cell.predicted != "ok":  # another device, or a dtype it does not import
         return
+    readonly = c["readonly_arrays"] or c["readonly_imports"]
     if cell.layout == "transposed":
         cell.predicted = None if c["row_major_only"] else "ok"
-        cell.predicted_dlbridge = "copy" if c["row_major_only"] else "ok"
     elif cell.layout == "readonly":
-        readonly = c["readonly_arrays"] or c["readonly_imports"]
         cell.predicted = "ok" if readonly else None
         cell.predicted_readonly = True if readonly else None
-        if not c["versioned_capsules"]:
-            cell.predicted_dlbridge = "ReadOnlyError"
-        elif c["readonly_arrays"]:
-            cell.predicted_dlbridge = "readonly"
-        elif not c["readonly_imports"]:
-            cell.predicted_dlbridge = "ReadOnlyError"
+    cell.predicted_dlbridge = _dlbridge_layout(cell, capabilities_of(c))
+
+
+def _dlbridge_layout(cell: Cell, caps: Capabilities) -> str | None:
+    """What ``decide`` does with the layout cell's capsule (as the producer exports it for ``caps``):
+    "ok", "copy" (a dense copy first), "readonly" (shared read-only) or "ReadOnlyError"."""
+    from .._adapters import ADAPTERS
+    from .._capsule import DLPackInfo
+    from .._handoff import decide
+
+    shape, strides = ((6, 4), (1, 6)) if cell.layout == "transposed" else ((4, 6), None)
+    readonly = cell.layout == "readonly"
+    if readonly and not caps.versioned_capsules:
+        return "ReadOnlyError"  # the export: a legacy capsule cannot say read-only, so producers refuse one
+    info = DLPackInfo(LAYOUT_DTYPE, 2, 32, 1, "cpu", 0, shape, strides, 0, 64, readonly, caps.versioned_capsules,
+                      (1, 3) if caps.versioned_capsules else None, cell.producer)  # fmt: skip
+    record = decide(info, ADAPTERS[cell.consumer], caps, "raise", None, None, source=ADAPTERS.get(cell.producer))
+    if record.error is not None:
+        return record.error.__name__ if record.error.__name__ == "ReadOnlyError" else None
+    if record.dense is not None:
+        return "copy"
+    return "readonly" if readonly and caps.readonly_arrays else "ok"
 
 
 def predict_export(producer: str, dtype: str, caps: dict[str, Any]) -> str:

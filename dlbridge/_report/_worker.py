@@ -23,11 +23,10 @@ from typing import Any
 
 from .._adapters import ADAPTERS
 from .._capsule import c_strides, read
-from .._convert import inspect
 from .._dtypes import BY_NAME, unsigned_of_width
-from .._errors import DLBridgeError, UnsupportedDtypeError
-from .._options import NOT_GIVEN, resolve_fallback
-from .._plan import plan_for
+from .._errors import DLBridgeError
+from .._export import inspect
+from .._options import NOT_GIVEN
 from ._cases import (
     DEVICE_CODE,
     LAYOUT_DTYPE,
@@ -106,26 +105,20 @@ def _export_fails(src: Any) -> bool:
     return not (len(device) == 2 and all(isinstance(d, int) for d in device))
 
 
-def _planned(src: Any, consumer: str, fallback: Any) -> str:
-    try:
-        info = inspect(src)
-        if info.device_code not in ADAPTERS[consumer].device_codes:
-            return "copy"
-        return plan_for(info, ADAPTERS[consumer].capabilities(), resolve_fallback(fallback)).mode
-    except UnsupportedDtypeError:
-        return "raise"
-
-
 def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
-    from .._convert import convert
+    """The attempt through the public conversion, checked against the record ``explain`` gave for it."""
+    import dlbridge
 
     consumer = task["consumer"]
+    explain, to_consumer = dlbridge.explain, getattr(dlbridge, f"to_{consumer}")
     fallback = "view" if task["attempt"] == "view" else NOT_GIVEN
+    record = explain(src, consumer, fallback=fallback)
+    mode = "raise" if record.error else "copy" if record.move else record.plan.mode if record.plan else "raise"
     try:
-        mode = _planned(src, consumer, fallback)
-        out = convert(src, consumer, fallback=fallback)
+        out = to_consumer(src, fallback=fallback)
     except Exception as err:
-        return {"status": "error", "error": _error(err), "clean": isinstance(err, DLBridgeError), "mode": "raise"}
+        return {"status": "error", "error": _error(err), "clean": isinstance(err, DLBridgeError), "mode": "raise",
+                "steps": str(record)}  # fmt: skip
     flat = ref.data
     if mode == "view":
         want = unsigned_of_width(BY_NAME[ref.dtype].width) or "?"
@@ -134,14 +127,12 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
     else:
         want = task["dtype"]
     wrong = _check(consumer, out, ref, want, flat)
-    zero_copy = None
-    if mode in ("native", "reinterpret", "view"):
-        zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
-    elif mode in ("upcast", "copy"):
-        zero_copy = False
-    return _readonly(
-        task, out, {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": mode}
-    )
+    zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
+    if zero_copy != record.shares and not wrong:
+        wrong = f"explain said shares={record.shares} ({record}); the result shares={zero_copy}"
+    found = {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": mode,
+             "steps": str(record)}  # fmt: skip
+    return _readonly(task, out, found)
 
 
 def run_task(task: dict[str, Any]) -> dict[str, Any]:

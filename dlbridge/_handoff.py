@@ -1,0 +1,281 @@
+"""The handoff record: what dlbridge does with one array for one consumer, decided in one place.
+
+``decide`` is a pure function from what is known about a capsule (its ``DLPackInfo``: dtype, layout,
+flags, device, producer), the consumer's capability row and the options, to a ``Handoff``: the steps
+the conversion takes, or the error it raises. Nothing here touches memory. The pipeline (``_convert``)
+runs the record it gets, ``dlbridge.explain`` returns it without running it, the fast route replays the
+records it can (``_route``), the guard checks arguments with it and the report predicts with it.
+
+The rules, each in one place: the layout a consumer can share (``needs_dense``), the dtype plan
+(``_plan.plan_for``), the capsule kind, read-only memory, what the consumer's import leaves to do.
+Devices are decided before anything is exported (``_devices``, ``_moves.plan_move``): a record with a
+``move`` says which copy brings the memory where the consumer can use it, and ``then`` what happens to
+the moved array, as ``dense`` does for a dense copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ._adapters import ADAPTERS, HOST, Adapter
+from ._capabilities import Capabilities
+from ._capsule import DLPackInfo, c_strides
+from ._errors import (
+    CapsuleError,
+    DLBridgeError,
+    LayoutError,
+    OptionError,
+    ReadOnlyError,
+    UnsupportedDtypeError,
+)
+from ._options import Fallback
+from ._plan import Plan, native_plan, plan_for
+
+__all__ = ["Handoff", "Move", "decide", "refused", "needs_dense", "layout_message", "dense_info"]
+
+
+class Move(NamedTuple):
+    """A copy to another device before the handoff: ``by`` who ("torch", "cupy uploads", ...)."""
+
+    source: tuple[int, int]
+    destination: tuple[int, int]
+    by: str
+
+
+class Handoff(NamedTuple):
+    """One conversion, decided: its steps (``steps``, ``str()``), or the error it raises (``error``).
+
+    ``shares`` says whether the result shares the source's memory. ``then`` is the record for the
+    array a ``move`` or ``dense`` copy makes (what happens to it next); ``to_json()`` is the plain form.
+    """
+
+    source: str  # who exports: a framework's name, a producer's module, or "capsule"
+    target: str
+    given: DLPackInfo | None = None  # what the decision read (None: decided before any capsule)
+    error: type[DLBridgeError] | None = None
+    message: str = ""
+    plan: Plan | None = None  # how the dtype reaches the consumer: native, reinterpret, view, upcast
+    keep: bool = False  # the consumer gets the array itself (its own framework; autograd kept)
+    move: Move | None = None
+    dense: str | None = None  # who makes the dense copy the consumer needs
+    versioned: bool = False  # a 'dltensor_versioned' capsule is handed over (else 'dltensor')
+    drop_readonly: bool = False  # READ_ONLY cleared: the import is copied right after (copy=True)
+    c_order: bool = False  # strides rewritten as plain C order (size-1 dimensions) for the consumer
+    carrier: bool = False  # the consumer is handed an object with __dlpack__, not the bare capsule
+    deferred: bool = False  # the consumer asks for the capsule itself, with its own stream
+    writable: bool = False  # the consumer's read-only import of mutable memory made writable again
+    copy: bool = False  # the result is copied after the import (copy=True)
+    then: Handoff | None = None
+    raised: BaseException | None = None  # the error as found on the way (its cause kept), if one was
+
+    @property
+    def shares(self) -> bool:
+        """Whether the result shares the source's memory (nothing copied on the way)."""
+        if self.error is not None or self.copy or self.move is not None or self.dense is not None:
+            return False
+        return self.plan is None or self.plan.mode != "upcast"
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        if self.error is not None:
+            return (f"refuse: {self.error.__name__}: {self.message}",)
+        if self.keep:
+            return (
+                f"{self.target} gets the array itself" + (", copied" if self.copy else "") + " (nothing to hand over)",
+            )
+        steps: list[str] = []
+        if self.move is not None:
+            (src, dst), by = (_device(self.move.source), _device(self.move.destination)), self.move.by
+            steps.append(f"{by} copies it {src} → {dst}")
+        elif self.dense is not None:
+            steps.append(f"{self.source} export → {self.dense} makes the dense copy {self.target} needs")
+        if self.then is not None:
+            return (*steps, *self.then.steps)
+        steps.append(f"{self.source} export ({'dltensor_versioned' if self.versioned else 'dltensor'})")
+        if self.drop_readonly:
+            steps.append("READ_ONLY cleared for the copy made right after")
+        if self.c_order:
+            steps.append("strides written as C order")
+        how = (
+            " (deferred: it asks with its stream)"
+            if self.deferred
+            else (" (through a carrier)" if self.carrier else "")
+        )
+        plan = self.plan
+        steps.append(f"import as {plan.wire if plan else '?'}{how}")
+        if self.writable:
+            steps.append("made writable again (the memory is mutable)")
+        if self.copy:
+            steps.append("copied (copy=True)")
+        if plan is not None and plan.mode == "reinterpret":
+            steps.append(f"zero-copy relabel as {plan.logical}")
+        elif plan is not None and plan.mode == "view":
+            steps.append(f"zero-copy {plan.wire} view (dlbridge remembers it is {plan.logical})")
+        elif plan is not None and plan.mode == "upcast":
+            steps.append(f"float32 copy of the {plan.logical} values")
+        return tuple(steps)
+
+    def __str__(self) -> str:
+        return " → ".join(self.steps)
+
+    def raise_error(self) -> None:
+        """Raise the refusal, if the record is one (the exception found on the way, cause and all)."""
+        if self.raised is not None:
+            raise self.raised
+        if self.error is not None:
+            raise self.error(self.message)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as plain data (JSON-serialisable)."""
+        info = self.given
+        return {
+            "source": self.source,
+            "target": self.target,
+            "given": None if info is None else {
+                "dtype": info.dtype, "shape": list(info.shape), "device": list(info.device),
+                "strides": None if info.strides is None else list(info.strides), "readonly": info.readonly,
+                "versioned": info.versioned,
+            },
+            "error": None if self.error is None else self.error.__name__,
+            "message": self.message or None,
+            "mode": None if self.plan is None else self.plan.mode,
+            "logical": None if self.plan is None else self.plan.logical,
+            "wire": None if self.plan is None else self.plan.wire,
+            "shares": self.shares,
+            "steps": list(self.steps),
+            "then": None if self.then is None else self.then.to_json(),
+        }  # fmt: skip
+
+
+def _device(device: tuple[int, int]) -> str:
+    from ._capsule import device_name
+
+    return f"{device_name(device[0])}:{device[1]}"
+
+
+def refused(source: str, target: str, err: DLBridgeError, given: DLPackInfo | None = None) -> Handoff:
+    """The record of a refusal found on the way (a producer's error, a bad option)."""
+    return Handoff(source, target, given, type(err), str(err), raised=err)
+
+
+def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback, dtype: Any,
+           copy: bool | None, *, source: Adapter | None = None, raw: bool = False) -> Handoff:  # fmt: skip
+    """The handoff of the capsule ``info`` describes to ``target`` (capability row ``caps``).
+
+    ``source`` is the producer's adapter (None: a producer dlbridge has no adapter for); ``raw``: the
+    caller passed the capsule itself, so no dense copy can be asked of its producer.
+    """
+    who = info.producer or ("capsule" if raw else "?")
+    if needs_dense(info, caps):
+        return _dense(info, target, caps, fallback, dtype, copy, source, raw, who)
+    try:
+        if dtype is None and info.code != 1 and info.dtype in caps.imports:
+            plan = native_plan(info.dtype)  # the common case, without building plan_for's message prefix
+        else:
+            plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
+    except (UnsupportedDtypeError, OptionError) as err:
+        return Handoff(who, target.name, info, type(err), str(err))
+    error = _refusal(info, target, caps, plan, copy)
+    if error is not None:
+        return Handoff(who, target.name, info, error[0], error[1], plan)
+    producer = ADAPTERS.get(info.producer or "")
+    mutable = info.versioned or (producer is not None and producer.mutable_arrays)
+    strided = info.strides is not None and info.strides != c_strides(info.shape)
+    return Handoff(
+        who,
+        target.name,
+        info,
+        plan=plan,
+        versioned=info.versioned,
+        drop_readonly=info.readonly and not caps.readonly_arrays,
+        c_order=caps.row_major_only and strided,
+        carrier=not caps.takes_raw_capsules,
+        writable=caps.readonly_imports and not info.readonly and mutable,
+        copy=copy is True,
+    )
+
+
+def _refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan,
+             copy: bool | None) -> tuple[type[DLBridgeError], str] | None:  # fmt: skip
+    """The first check that refuses handing ``info`` over with ``plan``, as (error, message)."""
+    call = f"to_{target.name}()"
+    if plan.mode == "upcast" and copy is False:
+        return UnsupportedDtypeError, (
+            f'{call}: {caps.consumer} cannot hold {plan.logical}, and fallback="upcast" makes a float32 copy of '
+            f'{info.describe()}, which copy=False forbids; pass fallback="view" for a zero-copy {plan.wire} view, '
+            "or copy=None"
+        )
+    if info.versioned and not caps.versioned_capsules:
+        return CapsuleError, (
+            f"{call}: {caps.consumer} {caps.version} reads only legacy 'dltensor' capsules, and {info.describe()} "
+            "came as 'dltensor_versioned' (a raw capsule, or a producer that ignored max_version=None); pass the "
+            "array itself, from a producer that can export a legacy capsule"
+        )
+    if info.readonly and not caps.readonly_arrays and copy is not True:
+        return ReadOnlyError, (
+            f"{call}: {info.describe()} is read-only and {caps.consumer} arrays cannot be; sharing it would let "
+            "writes through. Pass copy=True for a writable copy."
+        )
+    if plan.wire not in caps.imports:  # the invariant that keeps crash-prone consumers alive
+        return UnsupportedDtypeError, f"{call}: internal plan {plan} would hand {caps.consumer} a dtype it rejects"
+    return None
+
+
+def _dense(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback, dtype: Any,
+           copy: bool | None, source: Adapter | None, raw: bool, who: str) -> Handoff:  # fmt: skip
+    """A layout the consumer cannot share: a dense copy first (refused where it cannot be made)."""
+    if raw:
+        why = (
+            ", which dlbridge cannot make from a raw capsule. Pass the array itself (not its capsule), so "
+            "dlbridge can ask its producer for a dense copy."
+        )
+        return Handoff(who, target.name, info, LayoutError, layout_message(info, caps, target, why))
+    if copy is False:
+        why = ", which copy=False forbids. Pass copy=None."
+        return Handoff(who, target.name, info, LayoutError, layout_message(info, caps, target, why))
+    try:  # the dtype first: an unsupported one is refused before any copy is made
+        plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
+    except (UnsupportedDtypeError, OptionError) as err:
+        return Handoff(who, target.name, info, type(err), str(err))
+    if source is None and info.device_code != 1:
+        return Handoff(who, target.name, info, LayoutError, (
+            f"to_{target.name}(): {info.describe()} from an unknown producer has strides "
+            f"{list(info.strides or ())} that {target.name} cannot share, and dlbridge knows no way to make it "
+            f"dense on {info.device_type}"
+        ))  # fmt: skip
+    by = source.name if source is not None else f"{HOST.name} (through the host)"
+    # A dense array at another address is the copy copy=True asks for (copy=None after it); only
+    # re-exported at the same address (a byte_offset dropped) the caller's copy= still applies.
+    moved = info.strides is not None and bool(info.size)
+    then = decide(dense_info(info), target, caps, fallback, dtype, None if moved else copy, source=source)
+    return Handoff(who, target.name, info, plan=plan, dense=by, then=then)
+
+
+def dense_info(info: DLPackInfo) -> DLPackInfo:
+    """What the capsule of a dense copy of ``info``'s array says (C order, no offset, writable)."""
+    from dataclasses import replace
+
+    return replace(info, strides=None, byte_offset=0, readonly=False)
+
+
+def needs_dense(info: DLPackInfo, caps: Capabilities) -> bool:
+    """Whether the consumer needs a dense copy of this layout (the one rule for layouts)."""
+    strides = info.strides
+    if strides is None:  # C order; some consumers then refuse a byte_offset (a dense re-export has none)
+        return info.byte_offset != 0 and caps.offset_needs_strides
+    if strides == c_strides(info.shape):
+        return False  # dense C order (the common case): no negative strides, compact
+    if caps.row_major_only:  # transposed layouts: refused or misread (see the capability row)
+        return not info.is_c_contiguous()
+    if info.has_negative_strides() and not caps.negative_strides:
+        return True
+    return caps.compact_only and not info.is_compact()
+
+
+def layout_message(info: DLPackInfo, caps: Capabilities, target: Adapter, why: str) -> str:
+    """What the target cannot share, and ``why`` the dense copy it needs is not made."""
+    layout = f"strides {list(info.strides)}" if info.strides is not None else f"byte_offset {info.byte_offset}"
+    return (
+        f"to_{target.name}(): {caps.consumer} {caps.version} cannot share {info.describe()} with {layout}; "
+        f"it needs a dense copy{why}"
+    )
