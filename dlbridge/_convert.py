@@ -27,23 +27,12 @@ from ._adapters import (
     symbolic_error,
 )
 from ._capabilities import Capabilities
-from ._capsule import (
-    DEVICE_ALIASES,
-    GPU_CODES,
-    CapsuleType,
-    DeferredCarrier,
-    DLPackInfo,
-    alias_device,
-    c_strides,
-    device_name,
-    read,
-    relabel_device,
-    restore,
-    rewrite,
-    set_c_strides,
-)
+from ._capsule import DEVICE_ALIASES, GPU_CODES, CapsuleType, DLPackInfo, alias_device, device_name, read
+from ._capsule_edit import relabel_device
+from ._carriers import DeferredCarrier
+from ._consume import import_capsule, imported, ready
 from ._devices import check_device, device_of, host_device, parse_device, stream_for
-from ._dtypes import BY_NAME, decode_table, unsigned_of_width
+from ._dtypes import BY_NAME, unsigned_of_width
 from ._errors import (
     CapsuleError,
     DeviceMismatchError,
@@ -57,8 +46,8 @@ from ._handoff import Handoff, decide
 from ._logical import _entries as _views  # mutated in place, never rebound
 from ._moves import move, plan_move
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
-from ._plan import Plan, recalled_fallback
-from ._sizes import check_copy_size, copied, size_text
+from ._plan import recalled_fallback
+from ._sizes import check_copy_size, size_text
 
 __all__ = ["convert", "inspect", "MAX_VERSION", "decide_stage", "run_stages", "Front", "Next", "direct", "to_host"]
 
@@ -208,7 +197,7 @@ def _run(front: Front, target: Adapter, copy: bool | None) -> Any:
     """Hand the decided capsule to the consumer and finish the result as the record says."""
     capsule, info, caps, record = front.capsule, front.info, front.caps, front.record
     assert info is not None and caps is not None and record.plan is not None
-    return _import(capsule, info, target, caps, record, copy, front.device_to)
+    return import_capsule(capsule, info, target, caps, record, copy, front.device_to)
 
 
 def _dense_copy(front: Front, target: Adapter, copy: bool | None) -> Next:
@@ -250,7 +239,7 @@ def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
         if record.dense is not None:
             raise _NeedsDense
         record.raise_error()
-        _ready(capsule, info, record)
+        ready(capsule, info, record)
         return capsule
 
     try:
@@ -271,7 +260,7 @@ def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
         raise CapsuleError(
             f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()}: {type(err).__name__}: {err}"
         ) from err
-    return _imported(result, state["info"], state["record"], target, caps, copy)
+    return imported(result, state["info"], state["record"], target, caps, copy)
 
 
 def _gpu_stream(stream: int | None, source: Adapter | None, target: Adapter, device: tuple[int, int]) -> int | None:
@@ -310,99 +299,6 @@ def _capsule_stage(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any
     caps = target.capabilities()
     record = decide(info, target, caps, fallback, dtype, copy, raw=True)
     return Front(record, capsule, info, capsule, None, caps, fallback, dtype, (info.device, info.device), device_to)
-
-
-def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, record: Handoff,
-            copy: bool | None, device_to: tuple[int, int] | None = None) -> Any:  # fmt: skip
-    saved = _ready(capsule, info, record, device_to)
-    try:
-        result = target.import_capsule(capsule, info.device, caps)
-    except BaseException as err:
-        if saved is not None:
-            restore(capsule, saved)
-        if not isinstance(err, Exception):  # KeyboardInterrupt ...
-            raise
-        raise CapsuleError(
-            f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "
-            f"as {record.plan.wire if record.plan else '?'}: {type(err).__name__}: {err}"
-        ) from err
-    return _imported(result, info, record, target, caps, copy)
-
-
-def _ready(capsule: Any, info: DLPackInfo, record: Handoff, device_to: tuple[int, int] | None = None) -> Any:
-    """The capsule's edits the record asks for (after every check that can refuse: the record's);
-    returns what ``restore`` undoes if the consumer refuses too, so a capsule nobody consumed (a
-    caller's raw capsule) is left exactly as it came."""
-    plan = record.plan
-    assert plan is not None
-    wire = BY_NAME[plan.wire] if plan.wire != info.dtype else None
-    writable = record.drop_readonly
-    saved = rewrite(capsule, wire, device_to, writable) if wire is not None or device_to or writable else None
-    if record.c_order:
-        set_c_strides(capsule, info.shape)  # C order up to size-1 dimensions, said literally
-    return saved
-
-
-def _imported(result: Any, info: DLPackInfo, record: Handoff, target: Adapter, caps: Capabilities,
-              copy: bool | None) -> Any:  # fmt: skip
-    """What the consumer imported, made writable, checked for a copy, and finished (``record.plan``)."""
-    plan = record.plan
-    assert plan is not None
-    if record.writable:
-        # NumPy < 2.2 makes every import read-only; NumPy 2.2+ only READ_ONLY capsules (and legacy
-        # ones, which cannot say): a versioned capsule, or a known mutable producer, comes back writable.
-        result = target.writable(result)
-    # The consumer may copy on its own (JAX does for misaligned CPU buffers).
-    if copy is False and info.size and target.data_ptr(result) != info.data_ptr:
-        raise LayoutError(
-            f"to_{target.name}(): {caps.consumer} copied {info.describe()} on import (address "
-            f"{info.data_ptr:#x} is not aligned the way it needs); copy=False forbids that. Pass copy=None."
-        )
-    if plan.mode == "native":
-        return copied(result, target, info) if copy is True else result
-    if copy is True and plan.mode != "upcast":  # copy first: a view remembers the copy's memory
-        return _finish(copied(result, target, info), plan, target, None)
-    if plan.mode == "view" and (info.strides not in (None, c_strides(info.shape)) or
-                                (info.size and target.data_ptr(result) != info.data_ptr)):  # fmt: skip
-        return _finish(result, plan, target, None)  # not plainly the capsule's memory (JAX copied it)
-    return _finish(result, plan, target, info)
-
-
-def _finish(result: Any, plan: Plan, target: Adapter, info: DLPackInfo | None) -> Any:
-    """Turn what the target imported (``plan.wire``) into what the caller gets (``plan.logical``).
-
-    ``info`` describes ``result``'s memory (None: inspect it). An upcast returns a fresh copy.
-    A view's logical dtype is recorded for ``result`` itself, the object the caller is handed.
-    """
-    if plan.mode == "reinterpret":
-        return target.view(result, plan.logical)
-    if plan.mode == "view":
-        _logical.remember(result, info if info is not None else inspect(result), plan.logical)
-    elif plan.mode == "upcast":
-        return _upcast(result, plan, target, info if info is not None else inspect(result))
-    return result
-
-
-def _upcast(result: Any, plan: Plan, target: Adapter, info: DLPackInfo) -> Any:
-    """The float32 copy of ``result`` (``plan.wire`` bits of ``plan.logical``), refused from its
-    size before anything is allocated: a broadcast of a few bytes can describe terabytes."""
-    what = 'the float32 copy fallback="upcast" makes'
-    check_copy_size(info, target.name, what, info.size * 4)
-    try:
-        if plan.logical == "bfloat16":
-            return target.bf16_bits_to_f32(result)
-        return target.lookup_f32(decode_table(plan.logical), result)  # type: ignore[arg-type]
-    except (MemoryError, RuntimeError) as err:  # torch reports a failed allocation as RuntimeError
-        if isinstance(err, RuntimeError) and "alloc" not in str(err) and "out of memory" not in str(err):
-            raise
-        raise LayoutError(
-            f"to_{target.name}(): {what} of {info.describe()} ({size_text(info.size * 4)}) did not fit in "
-            f'memory ({type(err).__name__}: {err}). Pass a smaller array, or fallback="view" for a zero-copy '
-            f"{plan.wire} view"
-        ) from err
-
-
-# --- layouts ------------------------------------------------------------------------------------
 
 
 def _writable(dense: Any, info: DLPackInfo) -> Any:

@@ -12,7 +12,6 @@ from typing import Any
 from ._adapters import Adapter, adapter_for
 from ._capsule import DEVICE_ALIASES, alias_device, device_name
 from ._convert import run_stages
-from ._devices import device_of
 from ._dtypes import BY_NAME, DType, dtype_name, lookup
 from ._errors import (
     CapsuleError,
@@ -27,12 +26,13 @@ from ._errors import (
 from ._explain import explain
 from ._guard_kinds import converted_coroutine, converted_generator
 from ._guard_messages import call_head, describe, in_context
+from ._guard_values import CONTAINERS as _CONTAINERS
+from ._guard_values import device_or_unknown, holds_array, layout, map_items, opaque, unchanged
 from ._handoff import Handoff
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
 
 __all__ = ["_Spec", "_Call"]
 
-_CONTAINERS = (tuple, list, dict)
 _Kind = _inspect.Parameter
 _NAMED = (_Kind.POSITIONAL_ONLY, _Kind.POSITIONAL_OR_KEYWORD)
 _BY_KEYWORD = (_Kind.POSITIONAL_OR_KEYWORD, _Kind.KEYWORD_ONLY)
@@ -220,7 +220,7 @@ class _Call:
         __tracebackhide__ = True
         cls = type(value)
         if hasattr(cls, "__dlpack__"):
-            if not _opaque(value):
+            if not opaque(value):
                 return self.array(value, where)
             if explicit:
                 dtype = getattr(getattr(value, "dtype", None), "name", "?")
@@ -232,13 +232,13 @@ class _Call:
                 )
             return value  # a TensorFlow string tensor, say: passed as values that are not arrays are
         if cls in _CONTAINERS or (isinstance(value, tuple) and hasattr(cls, "_fields")):
-            if explicit and value and not _holds_array(value):  # a list of numbers, say: nothing to convert
+            if explicit and value and not holds_array(value):  # a list of numbers, say: nothing to convert
                 raise NotAnArrayError(
                     f"{self.spec.name}({self.spec.label(where)}=…): args= selects it for conversion to "
                     f"{self.spec.target.name}, but it is a {cls.__qualname__} holding no array that supports "
                     "DLPack; pass arrays (or a tuple, list or dict holding some), or leave it out of args="
                 )
-            return _map(value, lambda v, k: self.value(v, (*where, k), False))
+            return map_items(value, lambda v, k: self.value(v, (*where, k), False))
         if explicit and value is not None:
             raise NotAnArrayError(
                 f"{self.spec.name}({self.spec.label(where)}=…): args= selects it for conversion to "
@@ -253,7 +253,7 @@ class _Call:
         source = adapter_for(x)
         if self.first_adapter is None and self.first_device is None:
             self.first_adapter = source
-            dev = _device(x) if spec.track_device else (0, 0)
+            dev = device_or_unknown(x) if spec.track_device else (0, 0)
             if dev[0] in DEVICE_ALIASES and (source is None or dev[0] not in source.device_codes):
                 dev = alias_device(dev)  # a pinned torch tensor's results come back as CPU tensors
             self.first_device = dev
@@ -272,7 +272,7 @@ class _Call:
             raise in_context(err, spec, where, x) from err.__cause__
         if fb == "view":
             self.note_view(record, where)
-        self.given[id(new)] = (new, x, None if new is x else _layout(new))
+        self.given[id(new)] = (new, x, None if new is x else layout(new))
         return new
 
     def note_view(self, record: Handoff, where: tuple[Any, ...]) -> None:
@@ -316,9 +316,9 @@ class _Call:
         __tracebackhide__ = True
         cls = type(value)
         if hasattr(cls, "__dlpack__"):
-            return value if _opaque(value) else self.result_array(value, back, where)
+            return value if opaque(value) else self.result_array(value, back, where)
         if cls in _CONTAINERS or (isinstance(value, tuple) and hasattr(cls, "_fields")):
-            return _map(value, lambda v, k: self.result(v, back, (*where, k)))
+            return map_items(value, lambda v, k: self.result(v, back, (*where, k)))
         if cls is GeneratorType:  # from a plain function (a generator expression, say): convert as it yields
             return converted_generator(value, self.spec, self)
         if cls is CoroutineType:  # from a plain function (an object whose __call__ is async, say)
@@ -330,7 +330,7 @@ class _Call:
         spec = self.spec
         given = self.given.get(id(r))
         handed_back = False
-        if given is not None and given[0] is r and (given[2] is None or _unchanged(r, given)):
+        if given is not None and given[0] is r and (given[2] is None or unchanged(r, given)):
             # The body returned an argument it was handed, as it was handed: give back what the
             # caller passed (its own object, true dtype and all), or convert that instead of the
             # view. One whose metadata the body changed in place (``x.t_()``, ``x.shape = ...``)
@@ -344,7 +344,7 @@ class _Call:
             if wire is not None and wire in self.views and not self.plain_argument(wire):
                 dtype = self.views[wire][0]
         device = self.first_device if spec.track_device and spec.back is NOT_GIVEN else None
-        if dtype is None and adapter_for(r) is back and (device is None or _device(r) == device):
+        if dtype is None and adapter_for(r) is back and (device is None or device_or_unknown(r) == device):
             return r  # already where it belongs
         fb = self.fb if self.fb is not None else resolve_fallback(spec.fallback)
         try:
@@ -356,78 +356,3 @@ class _Call:
                 return run_stages(r, back, fb, dtype, device, True, None)[0]
         except DLBridgeError as err:
             raise in_context(err, spec, where, r, returned=True) from err.__cause__
-
-
-def _map(value: Any, convert: Callable[[Any, Any], Any]) -> Any:
-    """``value`` (a tuple, namedtuple, list or dict) with ``convert`` applied to its items; same object if unchanged."""
-    if isinstance(value, dict):
-        items = {k: convert(v, k) for k, v in value.items()}
-        changed = any(items[k] is not v for k, v in value.items())
-        return items if changed else value
-    out = [convert(v, i) for i, v in enumerate(value)]
-    if all(a is b for a, b in zip(out, value)):
-        return value
-    if isinstance(value, list):
-        return out
-    return type(value)(*out) if hasattr(type(value), "_fields") else tuple(out)
-
-
-def _opaque(x: Any) -> bool:
-    """Whether ``x`` is a framework's array object with no data DLPack can carry (``Adapter.opaque``)."""
-    source = adapter_for(x)
-    return source is not None and source.opaque(x)
-
-
-def _holds_array(value: Any) -> bool:
-    """Whether a tuple, list or dict holds an array supporting DLPack, at any depth."""
-    items = value.values() if isinstance(value, dict) else value
-    for v in items:
-        cls = type(v)
-        if hasattr(cls, "__dlpack__") or (isinstance(v, _CONTAINERS) and _holds_array(v)):
-            return True
-    return False
-
-
-def _unchanged(r: Any, given: tuple[Any, Any, Any]) -> bool:
-    """Whether the converted argument ``r`` still has the layout it was handed with, over the caller's memory."""
-    return _layout(r) == given[2] and _same_memory(r, given[1])
-
-
-# type -> how to read an array's (shape, dtype, strides); found once per type, by attribute
-_LAYOUT_READERS: dict[type, Callable[[Any], tuple[Any, Any, Any]]] = {}
-
-
-def _layout(x: Any) -> tuple[Any, Any, Any]:
-    """What an in-place metadata change alters: shape, dtype and strides (``None`` where not exposed)."""
-    read = _LAYOUT_READERS.get(type(x))
-    if read is None:
-        if len(_LAYOUT_READERS) >= 256:
-            _LAYOUT_READERS.clear()
-        read = _LAYOUT_READERS[type(x)] = _layout_reader(x)
-    return read(x)
-
-
-def _layout_reader(x: Any) -> Callable[[Any], tuple[Any, Any, Any]]:
-    if hasattr(x, "strides"):  # NumPy, CuPy: byte strides, settable along with shape and dtype
-        return lambda a: (a.shape, a.dtype, a.strides)
-    if callable(getattr(x, "stride", None)):  # torch: element strides; t_(), unsqueeze_(), as_strided_()
-        return lambda a: (a.shape, a.dtype, a.stride())
-    return lambda a: (getattr(a, "shape", None), getattr(a, "dtype", None), None)  # immutable (JAX)
-
-
-def _same_memory(a: Any, b: Any) -> bool:
-    """Whether two arrays of known frameworks start at the same address (no copy between them)."""
-    da, db = adapter_for(a), adapter_for(b)
-    if da is None or db is None:
-        return False
-    try:
-        return da.data_ptr(a) == db.data_ptr(b)
-    except Exception:
-        return False
-
-
-def _device(x: Any) -> tuple[int, int]:
-    try:
-        return device_of(x)
-    except DLBridgeError:
-        return (0, 0)  # unknown: never equal to a real device, so results are converted

@@ -13,6 +13,7 @@ from typing import Any
 from . import _convert as pipeline  # the pipeline (it imports this module: read at call time)
 from ._adapters import HOST, Adapter, producer_name
 from ._capsule import GPU_CODES, CapsuleType, DLPackInfo, device_name
+from ._consume import finish
 from ._devices import device_of
 from ._dtypes import BY_NAME, unsigned_of_width
 from ._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
@@ -128,7 +129,7 @@ def _upload(x: Any, target: Adapter, plan: Plan, probe: DLPackInfo, dst_dev: tup
             f"to_{target.name}(): {target.name} could not copy {probe.describe()} to {there}: "
             f"{type(err).__name__}: {err}"
         ) from err
-    return pipeline._finish(moved, plan, target, None)
+    return finish(moved, plan, target, None)
 
 
 def _host_capsule(x: Any, target: Adapter, probe: DLPackInfo) -> Any:

@@ -37,9 +37,13 @@ from . import _logical
 from ._accelerator import accel
 from ._adapters import ADAPTERS, Adapter, adapter_for
 from ._capabilities import Capabilities
-from ._capsule import Carrier, DLPackInfo, c_strides, export_exchange, probe, relabel_triple, restore_triple
+from ._capsule import DLPackInfo, c_strides
+from ._capsule_edit import relabel_triple, restore_triple
+from ._capsule_probe import probe
+from ._carriers import Carrier
 from ._convert import _convert
 from ._dtypes import BY_NAME, BY_TRIPLE
+from ._exchange import export_exchange
 from ._handoff import decide
 from ._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
 

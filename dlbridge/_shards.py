@@ -125,6 +125,32 @@ def from_shards(parts: Sequence[tuple[Index, Any]], sharding: jax.sharding.Shard
     global_shape = _derived_shape(pairs, shapes) if shape is None else _given_shape(shape)
     # Every part's index, resolved against the global shape: (start, stop) per dimension.
     spans = [_span(index, global_shape, part_shape, i) for i, ((index, _), part_shape) in enumerate(zip(pairs, shapes))]
+    order = _assign(pairs, spans, sharding, global_shape, shape is not None)
+    arrays: list[Any] = [None] * len(order)
+    for slot, (dev, i) in enumerate(order):
+        arrays[slot] = convert(pairs[i][1], "jax", device=dev, copy=copy)
+    dtypes = {str(a.dtype) for a in arrays}
+    if len(dtypes) > 1:
+        found = ", ".join(f"part {i}: {a.dtype}" for (_, i), a in zip(order, arrays))
+        raise OptionError(
+            f"dlbridge.from_shards: the parts have different dtypes ({found}); one array has one dtype: "
+            "convert the parts to the same dtype first"
+        )
+    try:
+        result: jax.Array = _JAX.mod.make_array_from_single_device_arrays(global_shape, sharding, arrays)
+    except (DLBridgeError, MemoryError):
+        raise
+    except Exception as err:  # JAX's own check (a layout it disagrees with): named, not a crash
+        raise OptionError(
+            f"dlbridge.from_shards: jax.make_array_from_single_device_arrays refused the parts for "
+            f"{_describe(sharding)}, shape {list(global_shape)}: {type(err).__name__}: {err}"
+        ) from err
+    return result
+
+
+def _assign(pairs: list[tuple[Any, Any]], spans: list[tuple[tuple[int, int], ...]], sharding: Any,
+            global_shape: tuple[int, ...], shape_given: bool) -> list[tuple[Any, int]]:  # fmt: skip
+    """(device, part number) for each addressable device of ``sharding``: each part once, by its span."""
     wanted = _device_spans(sharding, global_shape)
     free: dict[tuple[tuple[int, int], ...], list[int]] = {}
     for i, span in enumerate(spans):
@@ -146,28 +172,9 @@ def from_shards(parts: Sequence[tuple[Index, Any]], sharding: jax.sharding.Shard
             + (f"; no device for: {', '.join(extra)}" if extra else "")
             + ". Pass the list dlbridge.shards(x, to) returned (one (index, array) per addressable shard, "
             "any framework), with the sharding of x"
-            + ("" if shape is not None else ", and shape=x.shape if the indices do not reach the ends")
+            + ("" if shape_given else ", and shape=x.shape if the indices do not reach the ends")
         )
-    arrays: list[Any] = [None] * len(order)
-    for slot, (dev, i) in enumerate(order):
-        arrays[slot] = convert(pairs[i][1], "jax", device=dev, copy=copy)
-    dtypes = {str(a.dtype) for a in arrays}
-    if len(dtypes) > 1:
-        found = ", ".join(f"part {i}: {a.dtype}" for (_, i), a in zip(order, arrays))
-        raise OptionError(
-            f"dlbridge.from_shards: the parts have different dtypes ({found}); one array has one dtype: "
-            "convert the parts to the same dtype first"
-        )
-    try:
-        result: jax.Array = _JAX.mod.make_array_from_single_device_arrays(global_shape, sharding, arrays)
-    except (DLBridgeError, MemoryError):
-        raise
-    except Exception as err:  # JAX's own check (a layout it disagrees with): named, not a crash
-        raise OptionError(
-            f"dlbridge.from_shards: jax.make_array_from_single_device_arrays refused the parts for "
-            f"{_describe(sharding)}, shape {list(global_shape)}: {type(err).__name__}: {err}"
-        ) from err
-    return result
+    return order
 
 
 # --- validation -----------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import pytest
 
 import dlbridge
 from dlbridge._adapters import ADAPTERS
-from tests.conftest import need
 from dlbridge._report._cases import (
     CANDIDATE_DTYPES,
     import_order,
@@ -24,6 +23,7 @@ from dlbridge._report._cases import (
     make_source,
     reference,
 )
+from tests.conftest import need
 
 INSTALLED = [name for name in import_order(installed_frameworks()) if "cpu" in ADAPTERS[name].producer_devices]
 PAIRS = [(p, c) for p in INSTALLED for c in INSTALLED]
@@ -66,7 +66,9 @@ def _check_pair(producer: str, consumer: str) -> tuple[int, list[str]]:
                     elif error is None:
                         shares = ADAPTERS[consumer].data_ptr(out) == src_ptr(src)
                         if shares != record.shares:
-                            wrong.append(f"{case}: explain said shares={record.shares} ({record}); result shares={shares}")
+                            wrong.append(
+                                f"{case}: explain said shares={record.shares} ({record}); result shares={shares}"
+                            )
     return compared, wrong
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlbridge import _accelerator, _capsule
+from dlbridge import _accelerator, _capsule_probe
 from tests.ctypes_producer import CtypesArray
 
 pytestmark = pytest.mark.skipif(_accelerator.accel is None, reason="the compiled module is not in use")
@@ -37,6 +37,6 @@ def test_probe_reads_shape_and_strides_of_any_ndim(ndim: int, strided: bool, ver
         p.with_(strides=_c_strides(shape))
     capsule = p.__dlpack__(max_version=(1, 3)) if versioned else p.__dlpack__()
     compiled = _accelerator.accel.probe(capsule)
-    assert compiled == _capsule._probe_py(capsule)
+    assert compiled == _capsule_probe._probe_py(capsule)
     assert compiled is not None and compiled[11] == shape
     assert compiled[12] == (_c_strides(shape) if strided and ndim else None)

@@ -174,3 +174,63 @@ def test_module_aliases_name_targets_not_cli_frameworks() -> None:
 
     assert adapter_named("jax.numpy") is ADAPTERS["jax"]
     assert all("jax.numpy" not in a.aliases for a in ADAPTERS.values())
+
+
+# --- size: short functions, modules of one concern ------------------------------------------------
+
+MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 400
+
+
+def _python_modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _python_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_python_functions_are_short(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: split them by step: {long}"
+
+
+@pytest.mark.parametrize("path", _python_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_hold_one_concern(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{lines} lines: split the module by concern (at most {MAX_MODULE_LINES})"
+
+
+C_FUNCTION = re.compile(r"^[A-Za-z_][^;{}()]*\b([A-Za-z_]\w*)\s*\([^;]*\)\s*\{?\s*$")
+
+
+def _c_functions(text: str) -> list[tuple[str, int]]:
+    """(name, lines) of each top-level function definition in C source (K&R-free, brace at column 0 closes)."""
+    found, name, start = [], None, 0
+    for number, line in enumerate(text.splitlines(), 1):
+        match = C_FUNCTION.match(line)
+        if match and not line.startswith(("if", "for", "while", "return", "typedef", "#")):
+            name, start = match.group(1), number
+        elif line.startswith("}") and name is not None:
+            found.append((name, number - start + 1))
+            name = None
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "_csrc").glob("*.c")), ids=lambda p: p.name)
+def test_c_functions_are_short(path: Path) -> None:
+    functions = _c_functions(path.read_text(encoding="utf-8"))
+    assert functions, "no C function found: the scanner is broken"
+    long = [f"{name} ({lines} lines)" for name, lines in functions if lines > MAX_FUNCTION_LINES]
+    assert not long, f"C functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_size_scanners_see_long_functions() -> None:
+    body = "\n".join(f"    x = {i}" for i in range(MAX_FUNCTION_LINES + 1))
+    assert _c_functions("static int f(int a)\n{\n" + "    a++;\n" * 70 + "}\n") == [("f", 73)]
+    tree = ast.parse(f"def f():\n{body}\n")
+    node = tree.body[0]
+    assert isinstance(node, ast.FunctionDef) and (node.end_lineno or 0) - node.lineno + 1 > MAX_FUNCTION_LINES

@@ -14,7 +14,7 @@ from functools import cache, cached_property
 from typing import Any, ClassVar
 
 from .._capabilities import Capabilities, capabilities
-from .._capsule import Carrier
+from .._carriers import Carrier
 from .._errors import DLBridgeError, MissingFrameworkError
 
 __all__ = ["Adapter", "AsIs", "FastExport", "export_capsule"]

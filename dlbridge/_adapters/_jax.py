@@ -5,7 +5,8 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._capabilities import Capabilities
-from .._capsule import GPU_CODES, relabel
+from .._capsule import GPU_CODES
+from .._capsule_edit import relabel
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
 from ._base import Adapter, FastExport, export_capsule

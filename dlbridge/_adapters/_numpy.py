@@ -7,7 +7,8 @@ from operator import methodcaller
 from typing import Any
 
 from .._capabilities import Capabilities, installed_version
-from .._capsule import read, relabel
+from .._capsule import read
+from .._capsule_edit import relabel
 from .._dtypes import BY_NAME
 from .._errors import MissingFrameworkError, ProducerError, UnsupportedDtypeError
 from ._base import Adapter, AsIs, FastExport, export_capsule

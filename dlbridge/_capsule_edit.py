@@ -1,0 +1,100 @@
+"""Writing into an unconsumed DLPack capsule before a consumer reads it: its dtype, device, strides
+and READ_ONLY flag, and undoing that when the consumer refuses it (a caller's capsule comes back as it was)."""
+
+from __future__ import annotations
+
+import ctypes
+
+from ._capsule import (
+    _OFF_VERSIONED_FLAGS,
+    _OFF_VERSIONED_TENSOR,
+    FLAG_READ_ONLY,
+    LEGACY,
+    VERSIONED,
+    _get_name,
+    _get_pointer,
+    _Head,
+    _tensor_address,
+    c_strides,
+)
+from ._dtypes import DType
+
+__all__ = ["relabel", "relabel_device", "set_c_strides", "rewrite", "restore", "relabel_triple", "restore_triple"]
+
+
+def relabel(capsule: object, dtype: DType) -> None:
+    """Rewrite the capsule's dtype in place before a consumer reads it (zero-copy reinterpret).
+
+    Only called with a dtype of the same total width, on a capsule nobody has consumed yet.
+    """
+    head = _Head.from_address(_tensor_address(capsule))
+    head.code, head.bits, head.lanes = dtype.code, dtype.bits, dtype.lanes
+
+
+def relabel_device(capsule: object, device: tuple[int, int]) -> None:
+    """Rewrite the capsule's device (pinned host memory -> CPU) before a consumer reads it."""
+    head = _Head.from_address(_tensor_address(capsule))
+    head.device_type, head.device_id = device
+
+
+def set_c_strides(capsule: object, shape: tuple[int, ...]) -> None:
+    """Write C-order strides into a capsule whose layout already is C order up to size-1 dimensions
+    (whose strides address nothing), for consumers that compare strides literally (JAX < 0.8)."""
+    head = _Head.from_address(_tensor_address(capsule))
+    if head.strides:
+        (ctypes.c_int64 * len(shape)).from_address(head.strides)[:] = list(c_strides(shape))
+
+
+# What rewrite() changed: (name, DLTensor address, device type, device id, code, bits, lanes, flags).
+Saved = tuple[bytes | None, int, int, int, int, int, int, int]
+
+
+def rewrite(capsule: object, dtype: DType | None, device: tuple[int, int] | None, writable: bool) -> Saved:
+    """Relabel an unconsumed capsule for a consumer (dtype, device, READ_ONLY dropped) in one go.
+
+    Returns what ``restore`` needs to put the header back if the consumer then refuses it.
+    """
+    address = _tensor_address(capsule)
+    name = _get_name(capsule)
+    head = _Head.from_address(address)
+    versioned = name == VERSIONED
+    flags = ctypes.c_uint64.from_address(address - _OFF_VERSIONED_TENSOR + _OFF_VERSIONED_FLAGS) if versioned else None
+    old_flags = flags.value if flags is not None else 0
+    saved = (name, address, head.device_type, head.device_id, head.code, head.bits, head.lanes, old_flags)
+    if dtype is not None:
+        head.code, head.bits, head.lanes = dtype.code, dtype.bits, dtype.lanes
+    if device is not None:
+        head.device_type, head.device_id = device
+    if writable and flags is not None:
+        flags.value &= ~FLAG_READ_ONLY
+    return saved
+
+
+def restore(capsule: object, saved: Saved) -> bool:
+    """Undo ``rewrite`` on a capsule nobody consumed (same name, same struct); True if it did.
+
+    A consumer that took the capsule renamed it (``used_...``) and owns the struct now: that one
+    is left alone, since its memory may already be freed.
+    """
+    name, address, device_type, device_id, code, bits, lanes, flags = saved
+    versioned = name == VERSIONED
+    managed = address - _OFF_VERSIONED_TENSOR if versioned else address
+    if _get_name(capsule) != name or _get_pointer(capsule, name) != managed:
+        return False
+    head = _Head.from_address(address)
+    head.device_type, head.device_id, head.code, head.bits, head.lanes = device_type, device_id, code, bits, lanes
+    if versioned:
+        ctypes.c_uint64.from_address(managed + _OFF_VERSIONED_FLAGS).value = flags
+    return True
+
+
+def relabel_triple(capsule: object, triple: int) -> None:
+    """Write dtype ``code | bits << 8 | lanes << 16`` into an unconsumed capsule (a route's relabel)."""
+    head = _Head.from_address(_tensor_address(capsule))
+    head.code, head.bits, head.lanes = triple & 0xFF, (triple >> 8) & 0xFF, triple >> 16
+
+
+def restore_triple(capsule: object, triple: int) -> None:
+    """Undo ``relabel_triple`` if nobody consumed the capsule (its name is unchanged)."""
+    if _get_name(capsule) in (LEGACY, VERSIONED):
+        relabel_triple(capsule, triple)
