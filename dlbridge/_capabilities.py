@@ -48,6 +48,7 @@ class Capabilities(NamedTuple):
     copy_crashes_unaligned: bool
     shares_unaligned: bool
     dtype_registry: bool
+    copies_imports: bool
     exports_uint8: frozenset[str]  # as a producer: dtypes its capsules label uint8
     cannot_export: frozenset[str]  # as a producer: dtypes its __dlpack__ refuses
 

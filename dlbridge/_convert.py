@@ -273,6 +273,11 @@ def _ready(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, 
             f'float32 copy of {info.describe()}, which copy=False forbids; pass fallback="view" for a zero-copy '
             f"{plan.wire} view, or copy=None"
         )
+    if copy is False and caps.copies_imports and info.size:  # refused before the consumer copies anything
+        raise LayoutError(
+            f"to_{target.name}(): {caps.consumer} {caps.version} copies every {info.device_type} array it imports, "
+            f"so it cannot share {info.describe()}; copy=False forbids that copy. Pass copy=None (one copy)."
+        )
     if info.versioned and not caps.versioned_capsules:
         raise CapsuleError(
             f"to_{target.name}(): {caps.consumer} {caps.version} reads only legacy 'dltensor' capsules, and "
@@ -280,7 +285,7 @@ def _ready(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, 
             "max_version=None); pass the array itself, from a producer that can export a legacy capsule"
         )
     writable = info.readonly and not caps.readonly_arrays
-    if writable and copy is not True:
+    if writable and copy is not True and not caps.copies_imports:  # a consumer that copies lets no write through
         raise ReadOnlyError(
             f"to_{target.name}(): {info.describe()} is read-only and {caps.consumer} arrays cannot be; "
             "sharing it would let writes through. Pass copy=True for a writable copy."
@@ -314,8 +319,8 @@ def _imported(result: Any, info: DLPackInfo, plan: Plan, target: Adapter, caps: 
             f"to_{target.name}(): {caps.consumer} copied {info.describe()} on import (address "
             f"{info.data_ptr:#x} is not aligned the way it needs); copy=False forbids that. Pass copy=None."
         )
-    if plan.mode == "native":
-        return copied(result, target, info) if copy is True else result
+    if plan.mode == "native":  # a consumer that copies every import has made the copy copy=True asks for
+        return copied(result, target, info) if copy is True and not caps.copies_imports else result
     if copy is True and plan.mode != "upcast":  # copy first: a view remembers the copy's memory
         return _finish(copied(result, target, info), plan, target, None)
     if plan.mode == "view" and (info.strides not in (None, c_strides(info.shape)) or

@@ -221,7 +221,7 @@ class Report:
 
 
 _CAP_FLAGS = ("crashes_on_reject", "versioned_capsules", "compact_only", "row_major_only", "readonly_arrays",
-              "readonly_imports")  # fmt: skip
+              "readonly_imports", "copies_imports")  # fmt: skip
 
 
 def caps_entry(c: Any, device_codes: Any) -> dict[str, Any]:
@@ -250,9 +250,10 @@ def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int
     path dlbridge uses; the consumer's own from_dlpack of an array may take another one, so its native
     outcome is not predicted); without it the consumer takes the strided capsule (``compact_only``
     allows any permutation of a dense layout). read-only: ``readonly_arrays`` (or ``readonly_imports``)
-    give a read-only native result; dlbridge shares it read-only with ``readonly_arrays`` over a
-    versioned capsule, and otherwise refuses with ReadOnlyError (a legacy capsule cannot say
-    read-only, and a writable array would let writes through). No row: no prediction.
+    give a read-only native result; dlbridge hands a consumer with ``copies_imports`` its own copy,
+    shares it read-only with ``readonly_arrays`` over a versioned capsule, and otherwise refuses with
+    ReadOnlyError (a legacy capsule cannot say read-only, and a writable array would let writes
+    through). No row: no prediction.
     """
     c = caps.get(cell.consumer)
     cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge = predict(cell, caps, device_codes), None, None
@@ -265,7 +266,9 @@ def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int
         readonly = c["readonly_arrays"] or c["readonly_imports"]
         cell.predicted = "ok" if readonly else None
         cell.predicted_readonly = True if readonly else None
-        if not c["versioned_capsules"]:
+        if c.get("copies_imports") and c["versioned_capsules"]:
+            cell.predicted_dlbridge = "ok"  # its import is a copy: no write reaches the source
+        elif not c["versioned_capsules"]:
             cell.predicted_dlbridge = "ReadOnlyError"
         elif c["readonly_arrays"]:
             cell.predicted_dlbridge = "readonly"

@@ -34,6 +34,7 @@ FEATURES = (
     # users can register DLPack dtypes with it at run time (NumPy's register_dlpack_dtype): the adapter's
     # capabilities() then adds the kinds registered to "imports", and it exports them itself
     "dtype_registry",
+    "copies_imports",  # its from_dlpack always copies a CPU capsule (never shares it): copy=False is refused
 )
 # Producer rows: "exports_uint8" lists dtypes whose capsules the producer labels uint8;
 # "cannot_export" dtypes it holds but cannot put in a capsule at all.
