@@ -40,6 +40,10 @@ class ArrayApiStrictAdapter(Adapter):
     def hint(self, dtype: str) -> str | None:
         return "The Array API standard has no float16, so array-api-strict refuses it." if dtype == "float16" else None
 
+    def parse_device(self, device: Any) -> str | tuple[int, int] | None:
+        # Its devices (CPU_DEVICE and the test devices "device1", "device2") all hold NumPy memory.
+        return "cpu:0" if type(device).__module__.startswith(f"{self.module}.") else None
+
     # --- consuming ------------------------------------------------------------------------
     def view(self, arr: Any, dtype: str) -> Any:
         from ._numpy import numpy_dtype

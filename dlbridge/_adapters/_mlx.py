@@ -110,7 +110,8 @@ class MlxAdapter(Adapter):
         name = ref.dtype.name
         if not hasattr(self.mod, _MLX_NAMES.get(name, name)):
             raise TypeError(f"MLX {self.version} has no {name}")
-        bits = np.ascontiguousarray(ref).view(numpy_dtype(f"uint{ref.dtype.itemsize * 8}"))
+        dense = np.ascontiguousarray(ref).reshape(ref.shape)  # ascontiguousarray makes 0-d arrays 1-d
+        bits = dense.view(numpy_dtype(f"uint{ref.dtype.itemsize * 8}"))
         out = self.mod.array(bits).view(self.dtype_for(name))
         self.mod.eval(out)
         return out
