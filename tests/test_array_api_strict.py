@@ -145,3 +145,20 @@ def test_device_objects_and_names(xp: Any) -> None:
     assert out.ctypes.data == _ptr("array_api_strict", a)
     assert isinstance(dlbridge.convert(np.ones(2), "array-api-strict"), type(a))
     assert isinstance(dlbridge.convert(np.ones(2), xp), type(a))
+
+
+def test_without_array_api_strict_the_error_says_what_to_install() -> None:
+    from tests.conftest import run_child
+
+    proc = run_child(
+        """
+        import sys
+        sys.modules["array_api_strict"] = None  # as if it were not installed
+        import numpy as np, dlbridge
+        try:
+            dlbridge.convert(np.ones(2), "array-api-strict")
+        except dlbridge.MissingFrameworkError as err:
+            print("MISSING:", err)
+        """
+    )
+    assert "MISSING:" in proc.stdout and "pip install array_api_strict" in proc.stdout, proc.stdout + proc.stderr

@@ -184,3 +184,22 @@ def test_mlx_to_mlx_keeps_float64(mx: Any) -> None:
         src = mx.array(np.array([1 + 2.0**-40]), dtype=mx.float64)
     out = dlbridge.to_mlx(src)
     assert out.dtype == mx.float64 and out.item() == 1 + 2.0**-40
+
+
+def test_without_mlx_the_error_says_what_to_install() -> None:
+    from tests.conftest import run_child
+
+    proc = run_child(
+        """
+        import sys
+        sys.modules["mlx"] = sys.modules["mlx.core"] = None  # as if it were not installed
+        import numpy as np, dlbridge
+        try:
+            dlbridge.to_mlx(np.ones(2))
+        except dlbridge.MissingFrameworkError as err:
+            print("MISSING:", err)
+        print("LOADED:", "mlx.core" in sys.modules and sys.modules["mlx.core"] is not None)
+        """
+    )
+    assert 'install it (pip install "mlx[cpu]")' in proc.stdout, proc.stdout + proc.stderr
+    assert "LOADED: False" in proc.stdout

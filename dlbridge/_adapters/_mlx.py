@@ -33,6 +33,7 @@ class MlxAdapter(Adapter):
     display = "MLX"
     distributions = ("mlx",)
     extra = "mlx"
+    pip_name = '"mlx[cpu]"'  # the Linux CPU build (on macOS: mlx)
     producer_devices = ("cpu",)
     wrap_call = "mlx.core.array"
 
@@ -48,7 +49,7 @@ class MlxAdapter(Adapter):
         except metadata.PackageNotFoundError:
             raise MissingFrameworkError(
                 f"{self.name} is not installed, so dlbridge cannot tell its version; install it "
-                f'(pip install "mlx[cpu]"), or pass the version to ask about, e.g. capabilities("mlx", "0.32")'
+                f'(pip install {self.pip_name}), or pass the version to ask about, e.g. capabilities("mlx", "0.32")'
             ) from None
 
     def hint(self, dtype: str) -> str | None:
