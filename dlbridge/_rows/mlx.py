@@ -20,7 +20,7 @@ ROWS: tuple[Row, ...] = (
     # float64 and complex128: not "imports". mx.from_dlpack narrows them without a word (float64 ->
     # float32, complex128 -> complex64; probe above). MLX holds float64 (on its CPU stream): dlbridge
     # imports the bits as uint64 and views them as float64, so the values arrive unchanged. MLX has
-    # no complex128 and no float8 (its from_dlpack refuses codes 10-14: "Unsupported dtype").
+    # no complex128, and no float8 (its from_dlpack refuses float8: "[convert] Cannot convert array to mlx").
     row(
         "mlx",
         "holds",
