@@ -162,3 +162,21 @@ def test_without_array_api_strict_the_error_says_what_to_install() -> None:
         """
     )
     assert "MISSING:" in proc.stdout and "pip install array_api_strict" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_an_older_api_version_flag_still_converts(xp: Any) -> None:
+    import warnings
+
+    torch = need("torch")
+    a = xp.asarray([1.0, 2.0])
+    try:
+        with warnings.catch_warnings():  # it may warn that 2022.12 is an old version of the standard
+            warnings.simplefilter("ignore")
+            xp.set_array_api_strict_flags(api_version="2022.12")
+        with pytest.raises(ValueError, match="max_version"):
+            a.__dlpack__(max_version=(1, 0))  # what dlbridge works around: a legacy capsule instead
+        for _ in range(2):  # the pipeline, then the route
+            t = dlbridge.to_torch(a)
+            assert t.dtype == torch.float64 and t.data_ptr() == _ptr("array_api_strict", a)
+    finally:
+        xp.reset_array_api_strict_flags()

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._base import Adapter
+from .._capsule import Carrier
+from ._base import Adapter, export_capsule
 
 
 class ArrayApiStrictAdapter(Adapter):
@@ -35,10 +36,23 @@ class ArrayApiStrictAdapter(Adapter):
         """The NumPy array over ``arr``'s buffer (zero-copy; read-only where ``arr`` is)."""
         import numpy as np
 
-        return np.from_dlpack(arr)
+        try:
+            return np.from_dlpack(arr)
+        except ValueError:  # set to an API version before 2023.12: no max_version (see export)
+            return np.from_dlpack(Carrier(self.export(arr, stream=None, max_version=None), (1, 0)))
 
     def hint(self, dtype: str) -> str | None:
         return "The Array API standard has no float16, so array-api-strict refuses it." if dtype == "float16" else None
+
+    def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+        try:
+            return export_capsule(obj, stream=stream, max_version=max_version)
+        except ValueError:
+            if max_version is None:
+                raise
+            # Set to an Array API version before 2023.12 (set_array_api_strict_flags), its __dlpack__
+            # refuses max_version with ValueError (probe 2026-11-25, array-api-strict 2.6.1): a legacy capsule.
+            return export_capsule(obj, stream=stream, max_version=None)
 
     def parse_device(self, device: Any) -> str | tuple[int, int] | None:
         # Its devices (CPU_DEVICE and the test devices "device1", "device2") all hold NumPy memory.
