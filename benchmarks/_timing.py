@@ -162,6 +162,8 @@ _SOURCES = {  # a small float32 source from a framework other than the target
     "numpy": "import torch; x = torch.ones(256)",
     "paddle": "import numpy as np; x = np.ones(256, dtype=np.float32)",
     "tensorflow": "import numpy as np; x = np.ones(256, dtype=np.float32)",
+    "mlx": "import numpy as np; x = np.ones(256, dtype=np.float32)",
+    "array_api_strict": "import numpy as np; x = np.ones(256, dtype=np.float32)",
 }
 
 
@@ -224,7 +226,7 @@ def import_figures(runs: int, targets: tuple[str, ...] = CPU_FRAMEWORKS) -> dict
         if _available(target):
             continue
         first, second, had = _child(_FIRST_CALL.format(setup=_SOURCES[target], target=target))
-        module = "jax.numpy" if target == "jax" else target
+        module = {"jax": "jax.numpy", "mlx": "mlx.core"}.get(target, target)  # what the conversion imports
         alone = float(_child(_IMPORT_ONLY.format(module=module))[0])
         figures["first_call"][target] = {
             "first_ms": float(first),

@@ -9,6 +9,8 @@ __all__ = [
     "to_numpy",
     "to_tensorflow",
     "to_paddle",
+    "to_mlx",
+    "to_array_api_strict",
     "convert",
     "shards",
     "from_shards",
@@ -42,8 +44,10 @@ from typing import TYPE_CHECKING, Any
 from ._api import capabilities as capabilities
 from ._api import convert as convert
 from ._api import register_numpy_dtypes as register_numpy_dtypes
+from ._api import to_array_api_strict as to_array_api_strict
 from ._api import to_cupy as to_cupy
 from ._api import to_jax as to_jax
+from ._api import to_mlx as to_mlx
 from ._api import to_numpy as to_numpy
 from ._api import to_paddle as to_paddle
 from ._api import to_tensorflow as to_tensorflow

@@ -14,8 +14,10 @@ from ._route import SPECS
 from ._route import convert as _route
 
 if TYPE_CHECKING:
+    import array_api_strict
     import cupy
     import jax
+    import mlx.core
     import numpy
     import paddle
     import tensorflow
@@ -25,8 +27,10 @@ if TYPE_CHECKING:
 
 _TORCH, _CUPY, _JAX, _NUMPY = SPECS["torch"], SPECS["cupy"], SPECS["jax"], SPECS["numpy"]
 _TENSORFLOW, _PADDLE = SPECS["tensorflow"], SPECS["paddle"]
+_MLX, _ARRAY_API_STRICT = SPECS["mlx"], SPECS["array_api_strict"]
 
-__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "to_tensorflow", "to_paddle", "convert", "capabilities"]
+__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "to_tensorflow", "to_paddle", "convert", "capabilities",
+           "to_mlx", "to_array_api_strict"]  # fmt: skip
 
 # ``x`` is typed ``SupportsDLPack | Any``: any DLPack array, but also a raw capsule or a producer older
 # than DLPack 1.0 (``__dlpack__(stream=)`` only); anything else raises NotAnArrayError at run time.
@@ -82,6 +86,25 @@ def to_paddle(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVE
     return result
 
 
+def to_mlx(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+           dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+           stream: int | None = None) -> mlx.core.array:  # fmt: skip
+    """``x`` as an ``mlx.core.array`` with its true dtype (float64 too). MLX copies every CPU array it
+    imports, so this is a copy, and ``copy=False`` raises LayoutError."""
+    result: mlx.core.array = _route(_MLX, x, fallback, dtype, device, copy, stream)
+    return result
+
+
+def to_array_api_strict(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+                        dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+                        stream: int | None = None) -> array_api_strict._array_object.Array:  # fmt: skip
+    """``x`` as an ``array_api_strict`` array, zero-copy; only the Array API standard's dtypes (no
+    float16, bfloat16 or float8: refused, or same-width uints with ``fallback="view"``)."""
+    result: array_api_strict._array_object.Array = _route(_ARRAY_API_STRICT, x, fallback, dtype, device, copy,
+                                                          stream)  # fmt: skip
+    return result
+
+
 # ``convert(x, "numpy")`` is typed like ``to_numpy(x)``: one overload per framework name and alias.
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["torch", "pytorch"], /, *, fallback: FallbackOption = ...,
@@ -107,6 +130,14 @@ def convert(x: SupportsDLPack | Any, to: Literal["tensorflow", "tf"], /, *, fall
 def convert(x: SupportsDLPack | Any, to: Literal["paddle"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
             stream: int | None = ...) -> paddle.Tensor: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["mlx", "mlx.core"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> mlx.core.array: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["array_api_strict", "array-api-strict"], /, *,
+            fallback: FallbackOption = ..., dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
+            copy: bool | None = ..., stream: int | None = ...) -> array_api_strict._array_object.Array: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
@@ -151,6 +182,7 @@ def register_numpy_dtypes() -> tuple[str, ...]:
 # frame; its name, docstring and signature stay those of the function above (``__wrapped__``).
 if accel is not None:
     for _name, _spec in (("to_torch", _TORCH), ("to_cupy", _CUPY), ("to_jax", _JAX), ("to_numpy", _NUMPY),
-                         ("to_tensorflow", _TENSORFLOW), ("to_paddle", _PADDLE)):  # fmt: skip
+                         ("to_tensorflow", _TENSORFLOW), ("to_paddle", _PADDLE), ("to_mlx", _MLX),
+                         ("to_array_api_strict", _ARRAY_API_STRICT)):  # fmt: skip
         globals()[_name] = accel.Route(_spec, globals()[_name])
     del _name, _spec

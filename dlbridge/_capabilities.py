@@ -47,7 +47,9 @@ class Capabilities(NamedTuple):
     readonly_imports: bool
     copy_crashes_unaligned: bool
     shares_unaligned: bool
+    copies_unaligned: bool
     dtype_registry: bool
+    copies_imports: bool
     exports_uint8: frozenset[str]  # as a producer: dtypes its capsules label uint8
     cannot_export: frozenset[str]  # as a producer: dtypes its __dlpack__ refuses
 

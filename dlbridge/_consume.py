@@ -67,8 +67,8 @@ def imported(result: Any, info: DLPackInfo, record: Handoff, target: Adapter, ca
             f"{info.data_ptr:#x} is not aligned the way it needs); copy=False forbids that. Pass copy=None."
         )
     if plan.mode == "native":
-        return copied(result, target, info) if copy is True else result
-    if copy is True and plan.mode != "upcast":  # copy first: a view remembers the copy's memory
+        return copied(result, target, info) if record.copy else result
+    if record.copy and plan.mode != "upcast":  # copy first: a view remembers the copy's memory
         return finish(copied(result, target, info), plan, target, None)
     if plan.mode == "view" and (info.strides not in (None, c_strides(info.shape)) or
                                 (info.size and target.data_ptr(result) != info.data_ptr)):  # fmt: skip

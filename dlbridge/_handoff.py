@@ -31,7 +31,10 @@ from ._errors import (
 from ._options import Fallback
 from ._plan import Plan, native_plan, plan_for
 
-__all__ = ["Handoff", "Move", "decide", "refused", "needs_dense", "layout_message", "dense_info"]
+# The CPU alignment XLA and Eigen want (bytes): consumers with ``copies_unaligned`` copy buffers off it.
+ALIGNMENT = 64
+
+__all__ = ["ALIGNMENT", "Handoff", "Move", "decide", "refused", "needs_dense", "layout_message", "dense_info"]
 
 
 class Move(NamedTuple):
@@ -64,6 +67,7 @@ class Handoff(NamedTuple):
     carrier: bool = False  # the consumer is handed an object with __dlpack__, not the bare capsule
     deferred: bool = False  # the consumer asks for the capsule itself, with its own stream
     writable: bool = False  # the consumer's read-only import of mutable memory made writable again
+    consumer_copies: bool = False  # the consumer copies what it imports (it never shares CPU memory)
     copy: bool = False  # the result is copied after the import (copy=True)
     then: Handoff | None = None
     raised: BaseException | None = None  # the error as found on the way (its cause kept), if one was
@@ -72,6 +76,8 @@ class Handoff(NamedTuple):
     def shares(self) -> bool:
         """Whether the result shares the source's memory (nothing copied on the way)."""
         if self.error is not None or self.copy or self.move is not None or self.dense is not None:
+            return False
+        if self.consumer_copies:
             return False
         return self.plan is None or self.plan.mode != "upcast"
 
@@ -103,6 +109,8 @@ class Handoff(NamedTuple):
         )
         plan = self.plan
         steps.append(f"import as {plan.wire if plan else '?'}{how}")
+        if self.consumer_copies:
+            steps[-1] += f" ({self.target} copies it)"
         if self.writable:
             steps.append("made writable again (the memory is mutable)")
         if self.copy:
@@ -191,7 +199,8 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
         c_order=caps.row_major_only and strided,
         carrier=not caps.takes_raw_capsules,
         writable=caps.readonly_imports and not info.readonly and mutable,
-        copy=copy is True,
+        consumer_copies=_consumer_copies(info, caps),
+        copy=copy is True and not caps.copies_imports,  # a consumer that copies every import made it already
     )
 
 
@@ -205,13 +214,23 @@ def _refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan,
             f'{info.describe()}, which copy=False forbids; pass fallback="view" for a zero-copy {plan.wire} view, '
             "or copy=None"
         )
+    if copy is False and caps.copies_imports and info.size:  # refused before the consumer copies anything
+        return LayoutError, (
+            f"{call}: {caps.consumer} {caps.version} copies every {info.device_type} array it imports, so it "
+            f"cannot share {info.describe()}; copy=False forbids that copy. Pass copy=None (one copy)."
+        )
+    if copy is False and _consumer_copies(info, caps):
+        return LayoutError, (
+            f"{call}: {caps.consumer} copies {info.describe()} on import (address {info.data_ptr:#x} is not aligned "
+            f"to the {ALIGNMENT} bytes it needs); copy=False forbids that. Pass copy=None."
+        )
     if info.versioned and not caps.versioned_capsules:
         return CapsuleError, (
             f"{call}: {caps.consumer} {caps.version} reads only legacy 'dltensor' capsules, and {info.describe()} "
             "came as 'dltensor_versioned' (a raw capsule, or a producer that ignored max_version=None); pass the "
             "array itself, from a producer that can export a legacy capsule"
         )
-    if info.readonly and not caps.readonly_arrays and copy is not True:
+    if info.readonly and not caps.readonly_arrays and copy is not True and not caps.copies_imports:
         return ReadOnlyError, (
             f"{call}: {info.describe()} is read-only and {caps.consumer} arrays cannot be; sharing it would let "
             "writes through. Pass copy=True for a writable copy."
@@ -219,6 +238,14 @@ def _refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan,
     if plan.wire not in caps.imports:  # the invariant that keeps crash-prone consumers alive
         return UnsupportedDtypeError, f"{call}: internal plan {plan} would hand {caps.consumer} a dtype it rejects"
     return None
+
+
+def _consumer_copies(info: DLPackInfo, caps: Capabilities) -> bool:
+    """Whether the consumer's import of ``info`` is a copy (it copies every import, or this unaligned one)."""
+    if not info.size:
+        return False
+    unaligned = caps.copies_unaligned and info.device_code == 1 and info.data_ptr % ALIGNMENT != 0
+    return caps.copies_imports or unaligned
 
 
 def _dense(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback, dtype: Any,

@@ -106,7 +106,8 @@ def _unsupported_message(info: DLPackInfo, caps: Capabilities, logical: str, fal
         lines.append(hint)
     options = []
     if uint is not None and uint in caps.imports and fallback != "view" and logical != "bool":
-        options.append(f'fallback="view" for a zero-copy {uint} view of the same memory')
+        view = f"a {uint} copy of its bits" if caps.copies_imports else f"a zero-copy {uint} view of the same memory"
+        options.append(f'fallback="view" for {view}')
     if uint is not None and uint in caps.imports and _upcastable(logical) and fallback != "upcast":
         options.append('fallback="upcast" for a float32 copy with equal values')
     if options:

@@ -82,8 +82,9 @@ def test_dtype_aliases_and_framework_dtype_objects_are_one_set_of_names() -> Non
     for name in CPU:
         adapter = ADAPTERS[name]
         if adapter.loaded() or need(adapter.module):
-            assert lookup(adapter.dtype_for("bfloat16")) == BY_NAME["bfloat16"], name
-            assert lookup(adapter.dtype_for("float8_e4m3fn")) == BY_NAME["float8_e4m3fn"], name
+            for dtype in ("bfloat16", "float8_e4m3fn"):
+                if dtype in adapter.capabilities().holds:  # a framework without the dtype has no object for it
+                    assert lookup(adapter.dtype_for(dtype)) == BY_NAME[dtype], name
 
 
 def test_api_dtype_accepts_short_names() -> None:

@@ -136,7 +136,8 @@ def test_guard_frames_are_hidden_from_pytest_tracebacks() -> None:
 def test_bad_options_fail_at_decoration() -> None:
     with pytest.raises(
         dlbridge.OptionError,
-        match=r"unknown target framework 'mxnet'; expected one of: cupy, jax, numpy, paddle, tensorflow, torch",
+        match=r"unknown target framework 'mxnet'; expected one of: array_api_strict, cupy, jax, mlx, numpy, paddle, "
+        r"tensorflow, torch",
     ):
         dlbridge.guard("mxnet")
     with pytest.raises(dlbridge.OptionError, match=r"fallback='copy' is not a fallback"):
@@ -259,7 +260,7 @@ def test_bare_guard_without_a_target_says_how_to_write_it() -> None:
     with pytest.raises(
         dlbridge.OptionError,
         match=r'^@dlbridge.guard was applied to .*body\(\) without a target framework; .*@dlbridge.guard\("torch"\) '
-        r"\(one of [a-z, ]+, or the module\)",
+        r"\(one of [a-z_, ]+, or the module\)",
     ):
         dlbridge.guard(body)
 

@@ -6,9 +6,11 @@ import sys
 from types import ModuleType
 
 from .._errors import DLBridgeError, OptionError, ProducerError
+from ._array_api_strict import ArrayApiStrictAdapter
 from ._base import Adapter, AsIs, export_capsule
 from ._cupy import CupyAdapter
 from ._jax import JaxAdapter
+from ._mlx import MlxAdapter
 from ._numpy import NumpyAdapter
 from ._paddle import PaddleAdapter
 from ._tensorflow import TensorflowAdapter
@@ -31,7 +33,16 @@ __all__ = [
 # (importing paddle after tensorflow does; see PaddleAdapter.unsafe_after).
 ADAPTERS: dict[str, Adapter] = {
     a.name: a
-    for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter(), PaddleAdapter(), TensorflowAdapter())
+    for a in (
+        TorchAdapter(),
+        CupyAdapter(),
+        JaxAdapter(),
+        NumpyAdapter(),
+        PaddleAdapter(),
+        TensorflowAdapter(),
+        MlxAdapter(),
+        ArrayApiStrictAdapter(),
+    )
 }
 _NAMES: dict[str, Adapter] = {
     **{alias: a for a in ADAPTERS.values() for alias in (a.name, a.module, *a.aliases)},

@@ -57,6 +57,7 @@ class Adapter:
     # Other distributions whose versions the report and doctor list beside it (compiled halves, dtype add-ons).
     companions: ClassVar[tuple[str, ...]] = ()
     extra: ClassVar[str] = ""  # dlbridge's install extra: pip install "dlbridge[<extra>]"
+    pip_name: ClassVar[str] = ""  # what to pip install for it, where that is not ``module`` ("mlx[cpu]")
     producer_devices: ClassVar[tuple[str, ...]] = ("cpu",)  # where the report makes source arrays
     # Modules that, already imported, make importing this framework crash the process.
     unsafe_after: ClassVar[tuple[str, ...]] = ()
@@ -140,7 +141,7 @@ class Adapter:
         except ImportError as err:
             raise MissingFrameworkError(
                 f"dlbridge needs {self.module} for this conversion, but importing it failed ({err}); "
-                f"install it (pip install {self.module})"
+                f"install it (pip install {self.pip_name or self.module})"
             ) from err
 
     def check_installed(self) -> None:
@@ -148,7 +149,7 @@ class Adapter:
         if self.module not in sys.modules and not _findable(self.module):
             raise MissingFrameworkError(
                 f"dlbridge needs {self.module} for this conversion, but it is not installed; "
-                f"install it (pip install {self.module})"
+                f"install it (pip install {self.pip_name or self.module})"
             )
 
     def installed_version(self) -> str:
@@ -173,7 +174,7 @@ class Adapter:
                 continue
         raise MissingFrameworkError(
             f"{self.name} is not installed, so dlbridge cannot tell its version; install it "
-            f"(pip install {self.module}), or pass the version to ask about, e.g. "
+            f"(pip install {self.pip_name or self.module}), or pass the version to ask about, e.g. "
             f'capabilities("{self.name}", "1.0")'
         )
 

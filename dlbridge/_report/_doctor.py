@@ -94,7 +94,8 @@ def _dtype_hazards(name: str, version: str, caps: Capabilities, who: str, versio
     reinterpreted = caps.holds - caps.imports
     if reinterpreted:
         out.append(f"{who} cannot import {_names(set(reinterpreted))} through DLPack; "
-                   "dlbridge imports the bits as unsigned integers and views them as the true dtype (zero-copy).")  # fmt: skip
+                   "dlbridge imports the bits as unsigned integers and views them as the true dtype "
+                   f"({'in the copy it makes of every import' if caps.copies_imports else 'zero-copy'}).")  # fmt: skip
     needs: dict[str, set[str]] = {}
     for dtype in BY_NAME:  # dtypes a newer companion would add (e.g. fp8 kinds of ml_dtypes 0.5)
         for requirement in missing_requirements(name, version, dtype):
@@ -111,8 +112,12 @@ def _dtype_hazards(name: str, version: str, caps: Capabilities, who: str, versio
         wanted = " ".join(f'"{m}"' if ">" in m else m for m in installs)
         extra = f" (pip install {wanted} would add {_names(set(gains))})" if installs else ""
         out.append(f"{who} cannot hold {_names(unheld)}{extra}: dlbridge raises UnsupportedDtypeError; "
-                   'fallback="view" gives a zero-copy unsigned-integer view instead.')  # fmt: skip
+                   f'fallback="view" gives {_view_kind(caps)} instead.')  # fmt: skip
     return out
+
+
+def _view_kind(caps: Capabilities) -> str:
+    return "an unsigned-integer copy of the bits" if caps.copies_imports else "a zero-copy unsigned-integer view"
 
 
 def _layout_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
@@ -120,8 +125,12 @@ def _layout_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
     out: list[str] = []
     if not caps.negative_strides and not caps.compact_only:
         # The table has no negative_strides row for it; see the comment in _capabilities.TABLE.
-        out.append(f"{who} cannot import negative strides safely (seen aborting the process on a reversed "
-                   "view, a[::-1]); dlbridge hands it a dense copy instead.")  # fmt: skip
+        seen = (
+            "it refuses a reversed view, a[::-1]"
+            if caps.copies_imports
+            else "seen aborting the process on a reversed view, a[::-1]"
+        )
+        out.append(f"{who} cannot import negative strides safely ({seen}); dlbridge hands it a dense copy instead.")
     if caps.row_major_only:
         out.append(f"{who} refuses or misreads every layout but row-major (transposed views too; "
                    f"{_source(name, 'row_major_only')}); dlbridge hands it a dense copy "
@@ -147,7 +156,10 @@ def _import_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
     if caps.offset_needs_strides:
         out.append(f"{who} refuses a byte_offset on a capsule without strides (legal DLPack; "
                    f"{_source(name, 'offset_needs_strides')}); dlbridge has the producer re-export it densely.")  # fmt: skip
-    if not caps.readonly_arrays:
+    if caps.copies_imports:
+        out.append(f"{who} copies every CPU array it imports ({_source(name, 'copies_imports')}): conversions into "
+                   "it are copies (read-only sources included), and copy=False raises LayoutError.")  # fmt: skip
+    if not caps.readonly_arrays and not caps.copies_imports:
         legacy = "" if caps.versioned_capsules else " and reads only legacy capsules, which cannot say so"
         out.append(f"{who} has no read-only arrays{legacy}: dlbridge refuses read-only sources (ReadOnlyError) "
                    "unless copy=True.")  # fmt: skip

@@ -31,9 +31,11 @@ FEATURES = (
     "readonly_imports",  # it makes every imported array read-only, whatever the capsule says
     "copy_crashes_unaligned",  # copying an array it imported from an unaligned buffer kills the process
     "shares_unaligned",  # it shares CPU buffers that are not 64-byte aligned (newer JAX copies them)
+    "copies_unaligned",  # a CPU buffer not 64-byte aligned reaches it as a copy (its own, or dlbridge's first)
     # users can register DLPack dtypes with it at run time (NumPy's register_dlpack_dtype): the adapter's
     # capabilities() then adds the kinds registered to "imports", and it exports them itself
     "dtype_registry",
+    "copies_imports",  # its from_dlpack always copies a CPU capsule (never shares it): copy=False is refused
 )
 # Producer rows: "exports_uint8" lists dtypes whose capsules the producer labels uint8;
 # "cannot_export" dtypes it holds but cannot put in a capsule at all.

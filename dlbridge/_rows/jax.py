@@ -85,6 +85,14 @@ ROWS: tuple[Row, ...] = (
     ),
     row(
         "jax",
+        "copies_unaligned",
+        since=JAX_COPY_FIXED,
+        source="probe 2026-11-23: jax 0.4.35 and 0.7.1 copy an unaligned float32 (1, 4) buffer ('DLPack buffer is "
+        "not aligned ... Creating a copy', jaxlib dlpack.cc); probe 2026-11-25 (jax 0.10.2): an mlx buffer at an "
+        "address % 64 == 8 is copied",
+    ),
+    row(
+        "jax",
         "shares_unaligned",
         until=JAX_COPY_FIXED,
         source="probe 2026-11-23: jax 0.4.30 and 0.4.31 share an unaligned float32 (1, 4) buffer; 0.4.35 and 0.7.1 "

@@ -7,6 +7,13 @@ from ._common import CORE, Row, row
 ROWS: tuple[Row, ...] = (
     row(
         "tensorflow",
+        "copies_unaligned",
+        source="tensorflow/core/framework/tensor.cc CHECKs that CPU data is aligned to EIGEN_MAX_ALIGN_BYTES (abort: "
+        "'Check failed: IsAligned()', tf.cast of a numpy a[1:17] import, probe 2026-11-23, tensorflow 2.21.0): "
+        "dlbridge copies unaligned CPU data to a 64-byte aligned buffer first (TensorflowAdapter.import_capsule)",
+    ),
+    row(
+        "tensorflow",
         "imports",
         CORE,
         "2.2",
