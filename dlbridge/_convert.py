@@ -13,7 +13,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
-from . import _logical
+from . import _logical, _subbyte
 from ._adapters import (
     ADAPTERS,
     HOST,
@@ -132,6 +132,8 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         check_device(info, src_dev)  # raises unless the capsule is on the claimed device (or its alias)
         relabel_device(capsule, home)  # our own export: relabelled as the memory the target can use
         info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
+    if info.code == 17 and dtype is None and info.dtype not in caps.imports:  # fp4 in another layout
+        return _subbyte.convert(x, capsule, info, source, target, caps, fallback, copy)
     if _needs_layout_copy(info, caps):
         del capsule  # unconsumed: the producer's destructor frees it
         return _layout_copy(x, source, info, target, caps, fallback, dtype, copy, stream)

@@ -20,7 +20,7 @@ def numpy_dtype(name: str) -> Any:
     """NumPy dtype for a dlbridge name; bf16/fp8 come from ml_dtypes (imported here only)."""
     import numpy as np
 
-    if name in ("bfloat16",) or name.startswith("float8_"):
+    if name in ("bfloat16", "float4_e2m1fn") or name.startswith("float8_"):
         import ml_dtypes
 
         found = getattr(ml_dtypes, name, None)
@@ -196,6 +196,8 @@ class NumpyAdapter(Adapter):
 
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
+        if obj.dtype.name == "float4_e2m1fn" and obj.dtype.type.__module__ == "ml_dtypes" and dtype is None:
+            _fp4_export_failed(obj, copy, target)  # one value a byte, which NumPy cannot export: repacked
         if obj.dtype.isnative:
             return super().export_failed(obj, stream=stream, max_version=max_version, copy=copy, target=target,
                                          dtype=dtype)  # fmt: skip
@@ -316,6 +318,16 @@ class NumpyAdapter(Adapter):
 
     def to_host(self, arr: Any) -> Any:
         return self.mod.array(arr, copy=True)
+
+
+def _fp4_export_failed(obj: Any, copy: bool | None, target: Adapter | None) -> None:
+    """An ml_dtypes float4_e2m1fn array (one value a byte) for ``target``: ``AsIs`` with the result
+    of dlbridge's repacking, where ``target`` holds fp4 (see dlbridge._subbyte)."""
+    from .._subbyte import from_elements
+
+    result = from_elements(obj, target, copy) if target is not None else None
+    if result is not None:
+        raise AsIs(result)
 
 
 class _MaskedArrays(NumpyAdapter):

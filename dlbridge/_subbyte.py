@@ -1,0 +1,204 @@
+"""fp4 (float4_e2m1fn) between the three ways frameworks hold it.
+
+* *pairs*: a capsule of dtype ``(17, 4, 2)`` (``float4_e2m1fn_x2``), one byte per pair, its shape
+  counting bytes: ``(..., n)`` holds ``(..., 2n)`` values, value ``2i`` in the low nibble.
+* *packed*: ``(17, 4, 1)`` without DLPack's ``IS_SUBBYTE_TYPE_PADDED`` flag, its shape counting
+  values: the values two to a byte in C order over the whole array, value ``2i`` in the low nibble
+  (DLPack's default for sub-byte types; a capsule whose shape's last dimension is even holds the
+  same bytes as a pairs capsule with that dimension halved).
+* *elements*: one value per byte, in the low nibble (ml_dtypes' ``float4_e2m1fn``; a ``(17, 4, 1)``
+  capsule flagged ``IS_SUBBYTE_TYPE_PADDED``).
+
+A consumer imports pairs (its ``imports`` row names ``float4_e2m1fn_x2``) or holds single values
+(``holds`` names ``float4_e2m1fn``: built on the host and handed over with ``Adapter.from_host``).
+Where the source's bytes are what the consumer reads, the capsule is relabelled in place (packed ->
+pairs, padded -> NumPy: zero-copy); otherwise the values are repacked on the host (a copy, refused
+under ``copy=False``). The conversion pipeline calls :func:`convert` for an fp4 capsule its target
+does not import as it is; NumPy's ml_dtypes arrays, which NumPy cannot export, come through
+:func:`from_elements` (the NumPy adapter's ``export_failed``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import replace
+from math import prod
+from typing import Any
+
+from ._adapters import HOST, Adapter
+from ._capabilities import Capabilities
+from ._capsule import DLPackInfo, _Head, _tensor_address, c_strides, rewrite
+from ._dtypes import BY_NAME
+from ._errors import LayoutError
+from ._options import Fallback
+
+__all__ = ["FP4", "PAIRS", "FLAG_PADDED", "convert", "from_elements", "pack", "unpack"]
+
+FP4 = "float4_e2m1fn"
+PAIRS = "float4_e2m1fn_x2"
+FLAG_PADDED = 1 << 2  # DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (dlpack.h, DLPack 1.1)
+
+
+# --- the repacking (NumPy host arrays of uint8 codes) -------------------------------------------
+
+
+def unpack(packed: Any, count: int) -> Any:
+    """The first ``count`` 4-bit codes of the bytes ``packed`` (value 2i in byte i's low nibble), one a byte."""
+    np = HOST.mod
+    flat = np.ascontiguousarray(packed).reshape(-1)
+    codes = np.empty(flat.size * 2, dtype=np.uint8)
+    codes[0::2] = flat & 0x0F
+    codes[1::2] = flat >> 4
+    return codes[:count]
+
+
+def pack(codes: Any) -> Any:
+    """Codes ``(..., 2n)`` (one a byte, low nibble) as pairs ``(..., n)``: value 2i in the low nibble."""
+    return (codes[..., 0::2] & 0x0F) | ((codes[..., 1::2] & 0x0F) << 4)
+
+
+def _fp4_view(codes: Any) -> Any:
+    return HOST.view(codes, FP4)  # ml_dtypes' float4_e2m1fn: one value a byte
+
+
+# --- the pipeline's hook ------------------------------------------------------------------------
+
+
+def _layout(info: DLPackInfo) -> str:
+    if info.lanes == 2:
+        return "pairs"
+    return "elements" if info.flags & FLAG_PADDED else "packed"
+
+
+def _form(caps: Capabilities) -> str | None:
+    """How the consumer takes fp4: "pairs" (it imports them), "elements" (single values it holds or
+    imports, made on the host and handed over with ``from_host``), or None."""
+    if PAIRS in caps.imports:
+        return "pairs"
+    return "elements" if FP4 in caps.holds else None
+
+
+def convert(x: Any, capsule: Any, info: DLPackInfo, source: Adapter | None, target: Adapter, caps: Capabilities,
+            fallback: Fallback, copy: bool | None) -> Any:  # fmt: skip
+    """``x``'s fp4 capsule (``info``: code 17) for a consumer that does not import it as it is."""
+    from . import _convert as pipeline  # it imports this module: read at call time
+
+    form = _form(caps)
+    layout = _layout(info)
+    if form is None or info.device_code != 1 or (copy is False and fallback == "view"):
+        return pipeline._import(capsule, info, target, caps, fallback, None, copy)  # as without this module
+    if source is target and form == "elements" and copy is not True:
+        return x  # its own array, which it cannot import (JAX >= 0.10): the same array
+    if layout == "packed" and form == "pairs" and info.is_c_contiguous():
+        _as_pairs(capsule, info, target)  # the same bytes: zero-copy
+        return pipeline._import(capsule, _pairs_info(info), target, caps, fallback, None, copy)
+    if layout == "elements" and target is HOST:
+        return _relabelled_elements(capsule, info, copy)
+    if copy is False:
+        raise LayoutError(_copy_message(info, target, caps, form))
+    codes = _codes(capsule, info)
+    del capsule  # unconsumed: the producer's destructor frees it
+    return _deliver(codes, info, target, form)
+
+
+def from_elements(arr: Any, target: Adapter, copy: bool | None) -> Any:
+    """A NumPy ml_dtypes float4_e2m1fn array (one value a byte) for ``target``; None where
+    ``target`` holds no fp4."""
+    if target is HOST:
+        return arr.copy() if copy else arr.view()
+    caps = target.capabilities()
+    form = _form(caps)
+    if form is None:
+        return None
+    shape = tuple(arr.shape)
+    info = DLPackInfo(FP4, 17, 4, 1, "cpu", 0, shape, None, 0, HOST.data_ptr(arr), False, False, None, "numpy",
+                      FLAG_PADDED)  # fmt: skip
+    if copy is False:
+        raise LayoutError(_copy_message(info, target, caps, form))
+    np = HOST.mod
+    return _deliver(arr.view(np.uint8) & 0x0F, info, target, form)  # any strides, any rank
+
+
+def _deliver(codes: Any, info: DLPackInfo, target: Adapter, form: str) -> Any:
+    """Codes (one a byte, the source's logical shape) as the consumer's fp4 array (a new one)."""
+    from . import _convert as pipeline
+
+    if form == "elements":
+        return target.from_host(_fp4_view(codes), (1, 0))
+    if not codes.ndim or codes.shape[-1] % 2:
+        raise LayoutError(_odd_message(info, target))
+    return pipeline._convert(HOST.mod.ascontiguousarray(pack(codes)), target, "raise", PAIRS, None, None, None)
+
+
+def _codes(capsule: Any, info: DLPackInfo) -> Any:
+    """The capsule's values as uint8 codes, one a byte, in its logical shape (a new host array)."""
+    from . import _convert as pipeline
+
+    np = HOST.mod
+    if info.lanes == 2:  # pairs: the bytes as uint8 (zero-copy, any strides), then split
+        host = pipeline._import(capsule, info, HOST, HOST.capabilities(), "raise", "uint8", None)
+        shape = (*info.shape[:-1], info.shape[-1] * 2) if info.shape else (2,)
+        return unpack(host, host.size * 2).reshape(shape)
+    if not info.is_c_contiguous():
+        raise LayoutError(
+            f"{info.describe()} has strides {list(info.strides or ())}: dlbridge reads fp4 capsules of one or "
+            "two values a byte in C order only; pass a C-contiguous array"
+        )
+    size = prod(info.shape)
+    if info.flags & FLAG_PADDED:
+        return np.frombuffer(ctypes.string_at(info.data_ptr, size), dtype=np.uint8).reshape(info.shape) & 0x0F
+    packed = np.frombuffer(ctypes.string_at(info.data_ptr, (size + 1) // 2), dtype=np.uint8)
+    return unpack(packed, size).reshape(info.shape)
+
+
+def _as_pairs(capsule: Any, info: DLPackInfo, target: Adapter) -> None:
+    """Relabel a C-ordered packed capsule in place as pairs: dtype (17, 4, 2), last dimension halved."""
+    if not info.shape or info.shape[-1] % 2:
+        raise LayoutError(_odd_message(info, target))
+    pairs = _pairs_info(info)
+    rewrite(capsule, BY_NAME[PAIRS], None, False)
+    head = _Head.from_address(_tensor_address(capsule))
+    (ctypes.c_int64 * info.ndim).from_address(head.shape)[:] = list(pairs.shape)
+    if head.strides:
+        (ctypes.c_int64 * info.ndim).from_address(head.strides)[:] = list(pairs.strides or ())
+
+
+def _pairs_info(info: DLPackInfo) -> DLPackInfo:
+    shape = (*info.shape[:-1], info.shape[-1] // 2)
+    return replace(info, dtype=PAIRS, lanes=2, shape=shape, strides=c_strides(shape))
+
+
+def _relabelled_elements(capsule: Any, info: DLPackInfo, copy: bool | None) -> Any:
+    """A padded capsule (one value a byte) as ml_dtypes' float4_e2m1fn for NumPy, zero-copy."""
+    from . import _convert as pipeline
+
+    rewrite(capsule, BY_NAME["uint8"], None, False)
+    u8 = replace(info, dtype="uint8", code=1, bits=8)
+    return _fp4_view(pipeline._import(capsule, u8, HOST, HOST.capabilities(), "raise", None, copy))
+
+
+def _copy_message(info: DLPackInfo, target: Adapter, caps: Capabilities, form: str) -> str:
+    if form == "pairs":
+        how = f"imports fp4 only as {PAIRS} (two values a byte)"
+    else:
+        how = f"does not import {info.dtype} as it is through DLPack (it holds {FP4}: dlbridge hands it a copy)"
+    if info.lanes == 2:
+        hint = ', or fallback="view" (with copy=False) for a zero-copy uint8 view of its bytes'
+    elif info.producer == "numpy":
+        hint = ", or x.view(numpy.uint8) for its codes (one a byte) zero-copy"
+    else:
+        hint = ""
+    return (
+        f"to_{target.name}(): {caps.consumer} {caps.version} {how}, so {info.describe()} "
+        f"({_layout(info)}) reaches it as a repacked copy, which copy=False forbids. Pass copy=None for the copy{hint}"
+    )
+
+
+def _odd_message(info: DLPackInfo, target: Adapter) -> str:
+    last = info.shape[-1] if info.shape else "no"
+    return (
+        f"to_{target.name}(): {target.name} holds fp4 as {PAIRS}, pairs of values along the last dimension, "
+        f"and {info.describe()} has {last} values there (an odd count, or a 0-d array), which cannot be paired. "
+        "Pad the last dimension to an even length first (e.g. np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, 1)]) "
+        'with a zero, or jnp.pad), or convert to a framework that holds single fp4 values ("numpy", "jax")'
+    )
