@@ -44,9 +44,9 @@ FLAG_PADDED = 1 << 2  # DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (dlpack.h, DL
 
 def unpack(packed: Any, count: int) -> Any:
     """The first ``count`` 4-bit codes of the bytes ``packed`` (value 2i in byte i's low nibble), one a byte."""
-    np = HOST.mod
-    flat = np.ascontiguousarray(packed).reshape(-1)
-    codes = np.empty(flat.size * 2, dtype=np.uint8)
+    xp = HOST.mod  # the host framework's module
+    flat = xp.ascontiguousarray(packed).reshape(-1)
+    codes = xp.empty(flat.size * 2, dtype=xp.uint8)
     codes[0::2] = flat & 0x0F
     codes[1::2] = flat >> 4
     return codes[:count]
@@ -85,7 +85,8 @@ def convert(x: Any, capsule: Any, info: DLPackInfo, source: Adapter | None, targ
 
     form = _form(caps)
     layout = _layout(info)
-    if form is None or info.device_code != 1 or (copy is False and fallback == "view"):
+    # fallback="view" asks for a zero-copy uint8 view of pairs' bytes, which it keeps getting
+    if form is None or info.device_code != 1 or (fallback == "view" and info.lanes == 2):
         return pipeline._import(capsule, info, target, caps, fallback, None, copy)  # as without this module
     if source is target and form == "elements" and copy is not True:
         return x  # its own array, which it cannot import (JAX >= 0.10): the same array
@@ -111,12 +112,12 @@ def from_elements(arr: Any, target: Adapter, copy: bool | None) -> Any:
     if form is None:
         return None
     shape = tuple(arr.shape)
-    info = DLPackInfo(FP4, 17, 4, 1, "cpu", 0, shape, None, 0, HOST.data_ptr(arr), False, False, None, "numpy",
+    info = DLPackInfo(FP4, 17, 4, 1, "cpu", 0, shape, None, 0, HOST.data_ptr(arr), False, False, None, HOST.name,
                       FLAG_PADDED)  # fmt: skip
     if copy is False:
         raise LayoutError(_copy_message(info, target, caps, form))
-    np = HOST.mod
-    return _deliver(arr.view(np.uint8) & 0x0F, info, target, form)  # any strides, any rank
+    xp = HOST.mod  # the host framework's module
+    return _deliver(arr.view(xp.uint8) & 0x0F, info, target, form)  # any strides, any rank
 
 
 def _deliver(codes: Any, info: DLPackInfo, target: Adapter, form: str) -> Any:
@@ -134,7 +135,7 @@ def _codes(capsule: Any, info: DLPackInfo) -> Any:
     """The capsule's values as uint8 codes, one a byte, in its logical shape (a new host array)."""
     from . import _convert as pipeline
 
-    np = HOST.mod
+    xp = HOST.mod  # the host framework's module
     if info.lanes == 2:  # pairs: the bytes as uint8 (zero-copy, any strides), then split
         host = pipeline._import(capsule, info, HOST, HOST.capabilities(), "raise", "uint8", None)
         shape = (*info.shape[:-1], info.shape[-1] * 2) if info.shape else (2,)
@@ -146,8 +147,8 @@ def _codes(capsule: Any, info: DLPackInfo) -> Any:
         )
     size = prod(info.shape)
     if info.flags & FLAG_PADDED:
-        return np.frombuffer(ctypes.string_at(info.data_ptr, size), dtype=np.uint8).reshape(info.shape) & 0x0F
-    packed = np.frombuffer(ctypes.string_at(info.data_ptr, (size + 1) // 2), dtype=np.uint8)
+        return xp.frombuffer(ctypes.string_at(info.data_ptr, size), dtype=xp.uint8).reshape(info.shape) & 0x0F
+    packed = xp.frombuffer(ctypes.string_at(info.data_ptr, (size + 1) // 2), dtype=xp.uint8)
     return unpack(packed, size).reshape(info.shape)
 
 
@@ -183,9 +184,9 @@ def _copy_message(info: DLPackInfo, target: Adapter, caps: Capabilities, form: s
     else:
         how = f"does not import {info.dtype} as it is through DLPack (it holds {FP4}: dlbridge hands it a copy)"
     if info.lanes == 2:
-        hint = ', or fallback="view" (with copy=False) for a zero-copy uint8 view of its bytes'
-    elif info.producer == "numpy":
-        hint = ", or x.view(numpy.uint8) for its codes (one a byte) zero-copy"
+        hint = ', or fallback="view" for a zero-copy uint8 view of its bytes'
+    elif info.producer == HOST.name:
+        hint = ", or view the source as uint8 for its codes (one a byte), zero-copy"
     else:
         hint = ""
     return (
@@ -199,6 +200,6 @@ def _odd_message(info: DLPackInfo, target: Adapter) -> str:
     return (
         f"to_{target.name}(): {target.name} holds fp4 as {PAIRS}, pairs of values along the last dimension, "
         f"and {info.describe()} has {last} values there (an odd count, or a 0-d array), which cannot be paired. "
-        "Pad the last dimension to an even length first (e.g. np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, 1)]) "
-        'with a zero, or jnp.pad), or convert to a framework that holds single fp4 values ("numpy", "jax")'
+        "Pad the last dimension to an even length with a zero value first (its framework's pad), or convert "
+        f"it to a framework that holds single fp4 values (one whose capabilities() hold {FP4})"
     )

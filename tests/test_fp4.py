@@ -153,9 +153,10 @@ def test_repacked_conversions_are_copies_and_refused_under_copy_false(source, ta
         dlbridge.convert(src, target, copy=False)
 
 
-def test_copy_false_with_fallback_view_gives_torch_pairs_as_uint8_bytes():
+@pytest.mark.parametrize("copy", [None, False])
+def test_fallback_view_gives_torch_pairs_as_uint8_bytes(copy):
     src = _torch_pairs(CODES)
-    out = dlbridge.to_numpy(src, copy=False, fallback="view")
+    out = dlbridge.to_numpy(src, copy=copy, fallback="view")
     assert out.dtype == np.uint8 and _ptr("numpy", out) == src.data_ptr()
     assert out.tolist() == [0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE]
 

@@ -32,6 +32,15 @@ ROWS: tuple[Row, ...] = (
         "probe 2026-11-25 (numpy 2.4.6, ml_dtypes 0.6.0: itemsize 1, codes 0-15 decode as the OCP MX E2M1 values); "
         "NumPy cannot export it (dlbridge repacks it, see dlbridge._subbyte)",
     ),
+    row(
+        "numpy",
+        "cannot_export",
+        {"float4_e2m1fn"},
+        source="numpy/_core/src/multiarray/dlpack.c refuses dtypes other than ints, floats and complex; probe "
+        "2026-11-25 (numpy 2.4.6, ml_dtypes 0.6.0: 'DLPack only supports signed/unsigned integers, float and complex "
+        "dtypes'); dlbridge exports ml_dtypes' full-width kinds as relabelled uints, and fp4 (one value a byte, "
+        "not DLPack's packed default) through dlbridge._subbyte",
+    ),
     row("numpy", "versioned_capsules", since="2.1", source="NumPy 2.1.0 release notes: DLPack 1.0 (max_version)"),
     row(
         "numpy",
