@@ -25,14 +25,24 @@ from dataclasses import replace
 from math import prod
 from typing import Any
 
-from ._adapters import HOST, Adapter
+from ._adapters import HOST, Adapter, export_capsule
 from ._capabilities import Capabilities
-from ._capsule import DLPackInfo, _Head, _tensor_address, c_strides, rewrite
+from ._capsule import (
+    _OFF_VERSIONED_FLAGS,
+    _OFF_VERSIONED_TENSOR,
+    VERSIONED,
+    DLPackInfo,
+    _get_name,
+    _Head,
+    _tensor_address,
+    c_strides,
+    rewrite,
+)
 from ._dtypes import BY_NAME
 from ._errors import LayoutError
 from ._options import Fallback
 
-__all__ = ["FP4", "PAIRS", "FLAG_PADDED", "convert", "from_elements", "pack", "unpack"]
+__all__ = ["FP4", "PAIRS", "FLAG_PADDED", "convert", "from_elements", "handles_fp4", "pack", "padded_capsule", "unpack"]
 
 FP4 = "float4_e2m1fn"
 PAIRS = "float4_e2m1fn_x2"
@@ -76,6 +86,11 @@ def _form(caps: Capabilities) -> str | None:
     if PAIRS in caps.imports:
         return "pairs"
     return "elements" if FP4 in caps.holds else None
+
+
+def handles_fp4(caps: Capabilities) -> bool:
+    """Whether dlbridge gives a consumer with ``caps`` fp4 it does not import as it is (the report's plan)."""
+    return _form(caps) is not None
 
 
 def convert(x: Any, capsule: Any, info: DLPackInfo, source: Adapter | None, target: Adapter, caps: Capabilities,
@@ -162,6 +177,17 @@ def _as_pairs(capsule: Any, info: DLPackInfo, target: Adapter) -> None:
     (ctypes.c_int64 * info.ndim).from_address(head.shape)[:] = list(pairs.shape)
     if head.strides:
         (ctypes.c_int64 * info.ndim).from_address(head.strides)[:] = list(pairs.strides or ())
+
+
+def padded_capsule(elements_u8: Any, max_version: tuple[int, int] | None) -> Any:
+    """A capsule describing one-value-a-byte fp4 (``elements_u8``: its bytes as uint8): dtype (17, 4, 1),
+    flagged IS_SUBBYTE_TYPE_PADDED where the capsule is versioned (for describing it: ``inspect``)."""
+    capsule = export_capsule(elements_u8, stream=None, max_version=max_version)
+    rewrite(capsule, BY_NAME[FP4], None, False)
+    if _get_name(capsule) == VERSIONED:
+        address = _tensor_address(capsule) - _OFF_VERSIONED_TENSOR + _OFF_VERSIONED_FLAGS
+        ctypes.c_uint64.from_address(address).value |= FLAG_PADDED
+    return capsule
 
 
 def _pairs_info(info: DLPackInfo) -> DLPackInfo:

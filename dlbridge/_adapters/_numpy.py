@@ -198,6 +198,10 @@ class NumpyAdapter(Adapter):
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
         if obj.dtype.name == "float4_e2m1fn" and obj.dtype.type.__module__ == "ml_dtypes" and dtype is None:
             _fp4_export_failed(obj, copy, target)  # one value a byte, which NumPy cannot export: repacked
+            if target is None:  # described only (inspect): its bytes, labelled fp4 and flagged padded
+                from .._subbyte import padded_capsule
+
+                return padded_capsule(obj.view(f"u{obj.dtype.itemsize}"), max_version)
         if obj.dtype.isnative:
             return super().export_failed(obj, stream=stream, max_version=max_version, copy=copy, target=target,
                                          dtype=dtype)  # fmt: skip

@@ -28,12 +28,15 @@ from .._dtypes import BY_NAME, unsigned_of_width
 from .._errors import DLBridgeError, UnsupportedDtypeError
 from .._options import NOT_GIVEN, resolve_fallback
 from .._plan import plan_for
+from .._subbyte import handles_fp4
 from ._cases import (
     DEVICE_CODE,
     LAYOUT_DTYPE,
     LAYOUTS,
+    SUBBYTE_DTYPES,
     Ref,
     cuda_producers,
+    fp4_codes,
     gpu_info,
     import_order,
     layout_ref,
@@ -63,6 +66,11 @@ def _check(consumer: str, out: Any, ref: Ref, want_dtype: str, want_bytes: bytes
     """Why ``out`` is wrong (dtype, shape or bits), or None when it is right."""
     adapter = ADAPTERS[consumer]
     got = adapter.dtype_str(out)
+    if got in SUBBYTE_DTYPES and want_dtype in SUBBYTE_DTYPES:  # fp4 in either form: the values compared
+        found = fp4_codes(got, tuple(out.shape), adapter.raw_bytes(out))
+        if found[0] != fp4_codes(want_dtype, ref.shape, want_bytes)[0]:
+            return f"fp4 shape {found[0]} ({got}{tuple(out.shape)}), expected {fp4_codes(want_dtype, ref.shape, want_bytes)[0]}"
+        return None if found == fp4_codes(want_dtype, ref.shape, want_bytes) else "fp4 values differ from the source"
     if got != want_dtype:
         return f"dtype {got}, expected {want_dtype}"
     if tuple(out.shape) != tuple(ref.shape):
@@ -111,9 +119,10 @@ def _planned(src: Any, consumer: str, fallback: Any) -> str:
         info = inspect(src)
         if info.device_code not in ADAPTERS[consumer].device_codes:
             return "copy"
-        return plan_for(info, ADAPTERS[consumer].capabilities(), resolve_fallback(fallback)).mode
+        caps = ADAPTERS[consumer].capabilities()
+        return plan_for(info, caps, resolve_fallback(fallback)).mode
     except UnsupportedDtypeError:
-        return "raise"
+        return "fp4" if info.code == 17 and handles_fp4(caps) else "raise"  # repacked or relabelled: see below
 
 
 def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
@@ -135,7 +144,10 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
         want = task["dtype"]
     wrong = _check(consumer, out, ref, want, flat)
     zero_copy = None
-    if mode in ("native", "reinterpret", "view"):
+    if mode == "fp4":  # dlbridge._subbyte: a relabel where the layouts agree, else a copy
+        zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
+        mode = "reinterpret" if zero_copy else "copy"
+    elif mode in ("native", "reinterpret", "view"):
         zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
     elif mode in ("upcast", "copy"):
         zero_copy = False
