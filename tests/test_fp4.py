@@ -108,8 +108,9 @@ def test_values_dtype_and_shape_every_pair_of_frameworks(source, target):
         got = _codes_of(target, out)
         assert got.shape == (2, 8), (attempt, got.shape)
         assert got.tolist() == codes.tolist(), attempt
-        if target != "torch":
-            assert out.astype(np.float32).tolist() == np.array(VALUES, np.float32).reshape(2, 8).tolist()
+        values = got.view(FP4).astype(np.float32)  # ml_dtypes' decoding of the codes each target holds
+        assert values.tolist() == np.array(VALUES, np.float32).reshape(2, 8).tolist()
+        assert np.signbit(values).tolist() == (codes >= 8).tolist()  # -0.0 stays -0.0
     if target == "torch":
         assert tuple(out.shape) == (2, 4)
 
@@ -211,6 +212,13 @@ def test_a_padded_capsule_reaches_numpy_zero_copy_and_torch_repacked():
     pairs = dlbridge.to_torch(padded)
     assert pairs.dtype == torch.float4_e2m1fn_x2 and _codes_of("torch", pairs).tolist() == CODES.reshape(2, 8).tolist()
     del out, pairs
+
+
+def test_inspect_describes_numpy_fp4_as_a_padded_capsule_of_its_memory():
+    host = CODES.view(FP4).reshape(4, 4)
+    info = dlbridge.inspect(host)
+    assert (info.dtype, info.code, info.bits, info.lanes, info.shape) == ("float4_e2m1fn", 17, 4, 1, (4, 4))
+    assert info.flags & (1 << 2) and info.data_ptr == _ptr("numpy", host)
 
 
 def test_torch_to_torch_keeps_its_pairs_zero_copy():
