@@ -133,7 +133,9 @@ def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: An
         relabel_device(capsule, home)  # our own export: relabelled as the memory the target can use
         info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
     if info.code == 17 and dtype is None and info.dtype not in caps.imports:  # fp4 in another layout
-        return _subbyte.convert(x, capsule, info, source, target, caps, fallback, copy)
+        converted = _subbyte.convert(x, capsule, info, source, target, caps, fallback, copy)
+        if converted is not NotImplemented:  # NotImplemented: not for _subbyte, the capsule untouched
+            return converted
     if _needs_layout_copy(info, caps):
         del capsule  # unconsumed: the producer's destructor frees it
         return _layout_copy(x, source, info, target, caps, fallback, dtype, copy, stream)

@@ -95,14 +95,15 @@ def handles_fp4(caps: Capabilities) -> bool:
 
 def convert(x: Any, capsule: Any, info: DLPackInfo, source: Adapter | None, target: Adapter, caps: Capabilities,
             fallback: Fallback, copy: bool | None) -> Any:  # fmt: skip
-    """``x``'s fp4 capsule (``info``: code 17) for a consumer that does not import it as it is."""
+    """``x``'s fp4 capsule (``info``: code 17) for a consumer that does not import it as it is; or
+    NotImplemented, the capsule untouched, where the pipeline goes on as without this module."""
     from . import _convert as pipeline  # it imports this module: read at call time
 
     form = _form(caps)
     layout = _layout(info)
     # fallback="view" asks for a zero-copy uint8 view of pairs' bytes, which it keeps getting
     if form is None or info.device_code != 1 or (fallback == "view" and info.lanes == 2):
-        return pipeline._import(capsule, info, target, caps, fallback, None, copy)  # as without this module
+        return NotImplemented
     if source is target and form == "elements" and copy is not True:
         return x  # its own array, which it cannot import (JAX >= 0.10): the same array
     if layout == "packed" and form == "pairs" and info.is_c_contiguous():
