@@ -55,7 +55,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     )
     rep.add_argument("--dtypes", metavar="LIST",
                      help="comma-separated dtype names or short names (bf16, e4m3fn, ...; default: the standard set "
-                          "plus every other fp8 kind some producer makes)")  # fmt: skip
+                          "plus every other fp8 kind and fp4 form some producer makes)")  # fmt: skip
     rep.add_argument(
         "--jobs",
         type=int,

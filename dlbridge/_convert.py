@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from . import _logical
+from . import _subbyte as subbyte
 from ._adapters import (
     HOST,
     Adapter,
@@ -112,6 +113,9 @@ def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: 
             record.raise_error()
         if record.keep:
             return front.value, record
+        if record.fp4 is not None:
+            assert front.info is not None and front.caps is not None
+            return subbyte.run(record.fp4, front.capsule, front.info, target, front.caps, copy), record
         if record.move is not None:
             step = move(front, target, device, copy, stream)
         elif record.dense is not None:
@@ -173,7 +177,7 @@ def decide_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device
         relabel_device(capsule, home)  # our own export: relabelled as the memory the target can use
         info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
     record = decide(info, target, caps, fallback, dtype, copy, source=source)
-    return front._replace(record=record, capsule=capsule, info=info)
+    return front._replace(record=record, capsule=capsule, info=info, value=x if record.keep else None)
 
 
 def _export(x: Any, source: Adapter | None, target: Adapter, caps: Capabilities, dtype: Any, copy: bool | None,

@@ -30,6 +30,7 @@ from ._errors import (
 )
 from ._options import Fallback
 from ._plan import Plan, native_plan, plan_for
+from ._subbyte import plan as subbyte_plan
 
 # The CPU alignment XLA and Eigen want (bytes): consumers with ``copies_unaligned`` copy buffers off it.
 ALIGNMENT = 64
@@ -69,6 +70,7 @@ class Handoff(NamedTuple):
     writable: bool = False  # the consumer's read-only import of mutable memory made writable again
     consumer_copies: bool = False  # the consumer copies what it imports (it never shares CPU memory)
     copy: bool = False  # the result is copied after the import (copy=True)
+    fp4: str | None = None  # fp4 in another layout: "pairs"/"elements" relabelled, "repack" a copy (_subbyte)
     then: Handoff | None = None
     raised: BaseException | None = None  # the error as found on the way (its cause kept), if one was
 
@@ -77,6 +79,8 @@ class Handoff(NamedTuple):
         """Whether the result shares the source's memory (nothing copied on the way)."""
         if self.error is not None or self.copy or self.move is not None or self.dense is not None:
             return False
+        if self.fp4 is not None:
+            return self.fp4 != "repack"
         if self.consumer_copies:
             return False
         return self.plan is None or self.plan.mode != "upcast"
@@ -97,6 +101,11 @@ class Handoff(NamedTuple):
             steps.append(f"{self.source} export → {self.dense} makes the dense copy {self.target} needs")
         if self.then is not None:
             return (*steps, *self.then.steps)
+        if self.fp4 is not None:
+            how = {"pairs": "relabelled as float4_e2m1fn_x2 pairs (the same bytes)",
+                   "elements": "relabelled as one value a byte (the same bytes)",
+                   "repack": "repacked on the host (a copy)"}[self.fp4]  # fmt: skip
+            return (f"{self.source} export", f"fp4 {how}", f"import into {self.target}")
         steps.append(f"{self.source} export ({'dltensor_versioned' if self.versioned else 'dltensor'})")
         if self.drop_readonly:
             steps.append("READ_ONLY cleared for the copy made right after")
@@ -174,6 +183,13 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
     caller passed the capsule itself, so no dense copy can be asked of its producer.
     """
     who = info.producer or ("capsule" if raw else "?")
+    if info.code == 17 and dtype is None and info.dtype not in caps.imports:  # fp4 in another layout
+        fp4 = subbyte_plan(info, caps, target, source, fallback, copy)
+        if fp4 is not None:
+            kind, fp4_error, message = fp4
+            if fp4_error is not None:
+                return Handoff(who, target.name, info, fp4_error, message)
+            return Handoff(who, target.name, info, keep=kind == "same", fp4=None if kind == "same" else kind)
     if needs_dense(info, caps):
         return _dense(info, target, caps, fallback, dtype, copy, source, raw, who)
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 import dlbridge
@@ -39,6 +41,13 @@ def fp4(n: int = 4) -> object:
     if not hasattr(torch, "float4_e2m1fn_x2"):
         pytest.skip("this torch has no float4_e2m1fn_x2")
     return torch.tensor([0x12, 0x34, 0x56, 0x78][:n], dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+
+
+def chalf(n: int = 4) -> object:
+    """A torch complex32 tensor: a dtype NumPy cannot hold in any form (fp4 it now holds, repacked)."""
+    with warnings.catch_warnings():  # "ComplexHalf support is experimental"
+        warnings.simplefilter("ignore")
+        return (torch.arange(2 * n, dtype=torch.float16) + 1).view(torch.complex32)  # n values
 
 
 def require_no_x64() -> None:

@@ -209,9 +209,12 @@ def test_numpy_without_ml_dtypes_needs_a_fallback() -> None:
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
 
 
-def test_subbyte_jax_fp4_cannot_be_viewed() -> None:
+def test_subbyte_jax_fp4_is_not_viewed_but_repacked() -> None:
+    # No uint4 to view packed fp4 as: NumPy gets its own fp4 (one value a byte), a copy (see tests/test_fp4.py).
     if not hasattr(jnp, "float4_e2m1fn"):
         pytest.skip("this JAX has no float4_e2m1fn")
-    x = jnp.zeros(4, dtype=jnp.float4_e2m1fn)
-    with pytest.raises(dlbridge.UnsupportedDtypeError, match="float4_e2m1fn"):
-        dlbridge.to_numpy(x, fallback="view")
+    x = jnp.asarray([0.5, -6.0, 1.5, 0.0], dtype=jnp.float4_e2m1fn)
+    out = dlbridge.to_numpy(x, fallback="view")
+    assert out.dtype == x.dtype and out.astype(np.float32).tolist() == [0.5, -6.0, 1.5, 0.0]
+    with pytest.raises(dlbridge.LayoutError, match="copy=False forbids"):
+        dlbridge.to_numpy(x, fallback="view", copy=False)

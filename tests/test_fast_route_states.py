@@ -321,9 +321,9 @@ def test_remembered_view_comes_back_with_its_dtype(to: str) -> None:
     torch = _torch()
     need(to)
     x = _fp4()
-    for fallback in ("raise", "upcast"):
+    for fallback in ("raise", "upcast"):  # the target's own fp4 (one value a byte): a repacked copy
         expected = _same_as_pipeline(lambda: x, to, fallback=fallback)
-        assert expected[:2] == ("error", "UnsupportedDtypeError")
+        assert expected[0] == "ok" and not expected[6]
     viewed = _same_as_pipeline(lambda: x, to, fallback="view")
     assert viewed[2] == "uint8"
     for _ in range(2):

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import pytest
 
 import dlbridge
-from tests._guard_helpers import FRAMEWORKS, fp4, framework, make, np, ptr, require_no_x64, torch, values
+from tests._guard_helpers import FRAMEWORKS, chalf, fp4, framework, make, np, ptr, require_no_x64, torch, values
 from tests.conftest import caps_of, need, run_child
 
 # --- conversions in and out ----------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_view_results_get_the_logical_dtype_back() -> None:
 
 
 def test_process_default_fallback_applies_at_call_time() -> None:
-    x = fp4()
+    x = chalf()  # NumPy has no complex32
 
     @dlbridge.guard("numpy")
     def body(a):
@@ -145,10 +145,10 @@ def test_process_default_fallback_applies_at_call_time() -> None:
     with pytest.raises(dlbridge.UnsupportedDtypeError, match=r"^body\(a=…\) under @dlbridge.guard\('numpy'\)"):
         body(x)
     with dlbridge.fallback_policy("view"):
-        assert body(x) == "uint8"
+        assert body(x) == "uint32"
     previous = dlbridge.set_default_fallback("view")
     try:
-        assert body(x) == "uint8"
+        assert body(x) == "uint32"
     finally:
         dlbridge.set_default_fallback(previous)
 

@@ -185,14 +185,17 @@ def _strided_fp4_producer() -> CtypesArray:
     return p
 
 
-def test_unknown_producers_non_compact_fp4x2_into_jax_raises_under_fallback_raise() -> None:
+def test_unknown_producers_non_compact_fp4x2_into_jax_is_repacked_under_fallback_raise() -> None:
+    # JAX's own fp4 (dlbridge._subbyte): the pairs' values, one each, a copy
+    codes = [1, 1, 3, 1, 5, 1, 7, 1]  # bytes 0x11, 0x13, 0x15, 0x17: value 2i in the low nibble
     p = _strided_fp4_producer()
-    with pytest.raises(dlbridge.UnsupportedDtypeError, match="cannot hold float4_e2m1fn_x2"):
-        dlbridge.to_jax(p)
-    with pytest.raises(dlbridge.UnsupportedDtypeError, match="cannot hold float4_e2m1fn_x2"):
-        dlbridge.to_jax(p, fallback="upcast")
-    with pytest.raises(dlbridge.UnsupportedDtypeError):  # the same data from torch: the same answer
-        dlbridge.to_jax(_fp4(8)[::2])
+    for fallback in ("raise", "upcast"):
+        j = dlbridge.to_jax(p, fallback=fallback)
+        assert j.dtype == jnp.float4_e2m1fn and np.asarray(j).view(np.uint8).tolist() == codes
+    same = dlbridge.to_jax(_fp4(8)[::2])  # strided pairs from torch: the same answer (bytes 0x00, 0x22, ...)
+    assert same.dtype == jnp.float4_e2m1fn and np.asarray(same).view(np.uint8).tolist() == [0, 0, 2, 2, 4, 4, 6, 6]
+    del j, same
+    gc.collect()
     assert p.exports == p.deleter_calls
 
 

@@ -21,7 +21,7 @@ def numpy_dtype(name: str) -> Any:
     """NumPy dtype for a dlbridge name; bf16/fp8 come from ml_dtypes (imported here only)."""
     import numpy as np
 
-    if name in ("bfloat16",) or name.startswith("float8_"):
+    if name in ("bfloat16", "float4_e2m1fn") or name.startswith("float8_"):
         import ml_dtypes
 
         found = getattr(ml_dtypes, name, None)
@@ -197,6 +197,10 @@ class NumpyAdapter(Adapter):
 
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
+        if obj.dtype.name == "float4_e2m1fn" and obj.dtype.type.__module__ == "ml_dtypes" and dtype is None:
+            from .._subbyte import padded_export  # one value a byte, which NumPy cannot export
+
+            return padded_export(obj)  # its bytes, labelled fp4 and flagged padded: dlbridge repacks them
         if obj.dtype.isnative:
             return super().export_failed(obj, stream=stream, max_version=max_version, copy=copy, target=target,
                                          dtype=dtype)  # fmt: skip

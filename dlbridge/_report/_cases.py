@@ -19,7 +19,7 @@ from .._dtypes import BY_NAME, FLOAT8, decode_table, short_name
 
 __all__ = ["FRAMEWORKS", "DEVICES", "BASE_DTYPES", "installed_frameworks", "short_dtype", "import_order",
            "install_hint", "Ref", "reference", "upcast_bits", "make_source", "native_import", "gpu_info",
-           "LAYOUTS", "LAYOUT_DTYPE", "layout_ref"]  # fmt: skip
+           "LAYOUTS", "LAYOUT_DTYPE", "layout_ref", "SUBBYTE_DTYPES", "fp4_codes"]  # fmt: skip
 
 FRAMEWORKS: tuple[str, ...] = tuple(ADAPTERS)
 DEVICES = ("cpu", "cuda")
@@ -27,7 +27,10 @@ DEVICE_CODE = {"cpu": 1, "cuda": 2}
 BASE_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "bool", "complex64", "uint16", "int64")
 # The fp8 kinds beyond the base list that a default run adds when some producer can make them.
 EXTRA_FP8 = tuple(n for n in BY_NAME if n in FLOAT8 and n not in BASE_DTYPES)
-CANDIDATE_DTYPES = BASE_DTYPES + EXTRA_FP8
+# fp4 as single values (NumPy's ml_dtypes, JAX) and as pairs (torch's float4_e2m1fn_x2): the same
+# 24 values, so every form's result is checked against them (dlbridge converts between the forms).
+SUBBYTE_DTYPES = ("float4_e2m1fn", "float4_e2m1fn_x2")
+CANDIDATE_DTYPES = BASE_DTYPES + EXTRA_FP8 + SUBBYTE_DTYPES
 _SHAPE = (4, 6)
 # Layout cells: a few non-dense sources, one dtype, handed to every consumer (checks the layout and
 # read-only rows of the table). "dense" is every other cell.
@@ -101,6 +104,12 @@ def reference(dtype: str) -> Ref:
     d = BY_NAME[dtype]
     if dtype == "bool":
         return Ref(dtype, _SHAPE, bytes(int((i * 7) % 3 == 0) for i in k))
+    if dtype in SUBBYTE_DTYPES:  # every fp4 code (value 2i in the low nibble of a pair)
+        fp4 = [(i * 5) % 16 for i in k]
+        if dtype == "float4_e2m1fn":
+            return Ref(dtype, _SHAPE, bytes(fp4))
+        packed = bytes(lo | hi << 4 for lo, hi in zip(fp4[0::2], fp4[1::2]))
+        return Ref(dtype, (_SHAPE[0], _SHAPE[1] // 2), packed)
     if d.code in (0, 1):  # ints: two's complement of the value, wrapped to the width
         size = d.bits // 8
         return Ref(dtype, _SHAPE, b"".join((((i * 2654435761) % 30011) % (1 << d.bits)).to_bytes(size, sys.byteorder) for i in k))  # fmt: skip
@@ -114,6 +123,14 @@ def reference(dtype: str) -> Ref:
     if dtype.endswith("fnuz"):  # fnuz formats have no -0.0
         halves = [1.0 if v == 0 else v for v in halves]
     return Ref(dtype, _SHAPE, _encode_fp(halves, dtype))
+
+
+def fp4_codes(dtype: str, shape: tuple[int, ...], data: bytes) -> tuple[tuple[int, ...], bytes]:
+    """fp4 data of either form (one value a byte, or pairs) as (values' shape, one code a byte)."""
+    if dtype == "float4_e2m1fn_x2":
+        codes = bytes(c for b in data for c in (b & 0x0F, b >> 4))
+        return (*shape[:-1], shape[-1] * 2) if shape else (2,), codes
+    return tuple(shape), bytes(b & 0x0F for b in data)
 
 
 def upcast_bits(ref: Ref) -> bytes:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._adapters import ADAPTERS
-from ._cases import BASE_DTYPES, CANDIDATE_DTYPES, EXTRA_FP8, FRAMEWORKS, LAYOUT_DTYPE, LAYOUTS
+from ._cases import BASE_DTYPES, CANDIDATE_DTYPES, EXTRA_FP8, FRAMEWORKS, LAYOUT_DTYPE, LAYOUTS, SUBBYTE_DTYPES
 from ._model import ATTEMPTS, Attempt, Cell, Export, Report, predict, predict_export, predict_layout
 
 __all__ = ["run_report", "Progress"]
@@ -127,9 +127,9 @@ def _env() -> dict[str, str]:
 
 def _cells(hello: dict[str, Any], frameworks: list[str], dtypes: list[str] | None) -> tuple[list[Cell], list[dict[str, str]], list[str]]:  # fmt: skip
     producers: dict[str, dict[str, str | None]] = hello["producers"]
-    if dtypes is None:  # the base list plus every other fp8 kind some producer makes
+    if dtypes is None:  # the base list plus every other fp8 kind (and fp4 form) some producer makes
         made = {d for makes in producers.values() for d, why in makes.items() if why is None}
-        dtypes = list(BASE_DTYPES) + [d for d in EXTRA_FP8 if d in made]
+        dtypes = list(BASE_DTYPES) + [d for d in (*EXTRA_FP8, *SUBBYTE_DTYPES) if d in made]
     consumers = [f for f in FRAMEWORKS if f in frameworks]
     order = sorted(producers, key=lambda p: (p.split(":")[1] != "cpu", FRAMEWORKS.index(p.split(":")[0])))
     cells, not_made = [], []

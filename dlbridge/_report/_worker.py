@@ -31,8 +31,10 @@ from ._cases import (
     DEVICE_CODE,
     LAYOUT_DTYPE,
     LAYOUTS,
+    SUBBYTE_DTYPES,
     Ref,
     cuda_producers,
+    fp4_codes,
     gpu_info,
     import_order,
     layout_ref,
@@ -62,6 +64,11 @@ def _check(consumer: str, out: Any, ref: Ref, want_dtype: str, want_bytes: bytes
     """Why ``out`` is wrong (dtype, shape or bits), or None when it is right."""
     adapter = ADAPTERS[consumer]
     got = adapter.dtype_str(out)
+    if got in SUBBYTE_DTYPES and want_dtype in SUBBYTE_DTYPES:  # fp4 in either form: the values compared
+        found = fp4_codes(got, tuple(out.shape), adapter.raw_bytes(out))
+        if found[0] != fp4_codes(want_dtype, ref.shape, want_bytes)[0]:
+            return f"fp4 shape {found[0]} ({got}{tuple(out.shape)}), expected {fp4_codes(want_dtype, ref.shape, want_bytes)[0]}"
+        return None if found == fp4_codes(want_dtype, ref.shape, want_bytes) else "fp4 values differ from the source"
     if got != want_dtype:
         return f"dtype {got}, expected {want_dtype}"
     if tuple(out.shape) != tuple(ref.shape):
@@ -114,6 +121,10 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
     fallback = "view" if task["attempt"] == "view" else NOT_GIVEN
     record = explain(src, consumer, fallback=fallback)
     mode = "raise" if record.error else "copy" if record.move else record.plan.mode if record.plan else "raise"
+    if record.fp4 is not None:  # fp4 in another layout (dlbridge._subbyte): relabelled, or a repacked copy
+        mode = "copy" if record.fp4 == "repack" else "reinterpret"
+    elif record.keep:
+        mode = "native"
     try:
         out = to_consumer(src, fallback=fallback)
     except Exception as err:

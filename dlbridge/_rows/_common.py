@@ -62,6 +62,8 @@ def row(consumer: str, what: str, dtypes: Iterable[str] = (), since: str | None 
 # the other float8 kinds and bfloat16 are in every ml_dtypes dlbridge supports (>= 0.4).
 NEW_FP8 = frozenset({"float8_e3m4", "float8_e4m3", "float8_e8m0fnu"})
 ML_DTYPES_05 = "ml_dtypes>=0.5"
+# float4_e2m1fn is in ml_dtypes 0.5.0, its sign bit decoded right since 0.5.1 (ml_dtypes CHANGELOG 0.5.1)
+ML_DTYPES_FP4 = "ml_dtypes>=0.5.1"
 CUPY_BF16 = "ml_dtypes,numpy>=2.1.2"  # every one of them (comma: all of)
 # dtypes only ml_dtypes gives NumPy (a CuPy array can be viewed as any of them)
 ML_ONLY = FLOAT8 | {"bfloat16", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"}

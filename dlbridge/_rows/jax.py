@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from .._dtypes import FLOAT8
-from ._common import CORE, JAX_COPY_FIXED, JAX_FP4_UNTIL, JAX_LAYOUTS_SINCE, ML_DTYPES_05, NEW_FP8, Row, row
+from ._common import (
+    CORE,
+    JAX_COPY_FIXED,
+    JAX_FP4_UNTIL,
+    JAX_LAYOUTS_SINCE,
+    ML_DTYPES_05,
+    ML_DTYPES_FP4,
+    NEW_FP8,
+    Row,
+    row,
+)
 
 ROWS: tuple[Row, ...] = (
     row("jax", "imports", CORE, "0.2", source="jax.dlpack.from_dlpack (jaxlib dlpack.cc type table)"),
@@ -40,6 +50,16 @@ ROWS: tuple[Row, ...] = (
         requires=ML_DTYPES_05,
         source="probe 2026-11-23 (jax 0.5.3, 0.7.1, 0.7.2, 0.8.0, 0.9.0 import their own float4_e2m1fn; jax 0.10.2: "
         "'PjRt CPU buffers only support default layout')",
+    ),
+    row(
+        "jax",
+        "holds",
+        {"float4_e2m1fn"},
+        "0.5.3",
+        requires=ML_DTYPES_FP4,
+        source="probe 2026-11-25 (jax 0.10.2, ml_dtypes 0.6.0): jax.device_put of an ml_dtypes float4_e2m1fn array "
+        "keeps its values; its capsule (17, 4, 1) holds them packed two a byte, value 2i in the low nibble, C order "
+        "over the whole array (dlbridge hands it over repacked or relabelled, see dlbridge._subbyte)",
     ),
     row(
         "jax",

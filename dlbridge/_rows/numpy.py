@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._dtypes import FLOAT8
-from ._common import CORE, ML_DTYPES_05, NEW_FP8, Row, row
+from ._common import CORE, ML_DTYPES_05, ML_DTYPES_FP4, NEW_FP8, Row, row
 
 ROWS: tuple[Row, ...] = (
     row("numpy", "imports", CORE, "1.22", source="NumPy 1.22 notes: np.from_dlpack"),
@@ -22,6 +22,24 @@ ROWS: tuple[Row, ...] = (
         requires=ML_DTYPES_05,
         source="ml_dtypes CHANGELOG 0.5.0: float8_e3m4, "
         "float8_e4m3, float8_e8m0fnu; probe 2026-11-23 (ml_dtypes 0.4.1 has none of them)",
+    ),
+    row(
+        "numpy",
+        "holds",
+        {"float4_e2m1fn"},
+        requires=ML_DTYPES_FP4,
+        source="ml_dtypes CHANGELOG 0.5.0/0.5.1: float4_e2m1fn (sign bit fixed in 0.5.1), one value a byte; "
+        "probe 2026-11-25 (numpy 2.4.6, ml_dtypes 0.6.0: itemsize 1, codes 0-15 decode as the OCP MX E2M1 values); "
+        "NumPy cannot export it (dlbridge repacks it, see dlbridge._subbyte)",
+    ),
+    row(
+        "numpy",
+        "cannot_export",
+        {"float4_e2m1fn"},
+        source="numpy/_core/src/multiarray/dlpack.c refuses dtypes other than ints, floats and complex; probe "
+        "2026-11-25 (numpy 2.4.6, ml_dtypes 0.6.0: 'DLPack only supports signed/unsigned integers, float and complex "
+        "dtypes'); dlbridge exports ml_dtypes' full-width kinds as relabelled uints, and fp4 (one value a byte, "
+        "not DLPack's packed default) through dlbridge._subbyte",
     ),
     row("numpy", "versioned_capsules", since="2.1", source="NumPy 2.1.0 release notes: DLPack 1.0 (max_version)"),
     row(

@@ -43,7 +43,14 @@ ROWS: tuple[Row, ...] = (
         "from DLPack' for transposed, sliced, broadcast or negative strides; probe 2026-11-23 (tensorflow 2.21.0)",
     ),
     row("tensorflow", "readonly_arrays", source="tf.Tensor is immutable (no in-place writes through its API)"),
-    # cannot_export: none. TF's own export has no float8 codes (tensorflow/c/eager/dlpack.cc; probe
+    row(
+        "tensorflow",
+        "cannot_export",
+        {"float4_e2m1fn"},
+        source="probe 2026-11-25 (tensorflow 2.21.0): a float4_e2m1fn tensor's __dlpack__ raises "
+        "'DT_FLOAT4_E2M1FN is not supported by dlpack' (tensorflow/c/eager/dlpack.cc has no fp4 code)",
+    ),
+    # float8: not in cannot_export. TF's own export has no float8 codes (tensorflow/c/eager/dlpack.cc; probe
     # 2026-11-23, tensorflow 2.21.0: 'DT_FLOAT8_E4M3FN is not supported by dlpack'), but dlbridge's
     # exports CPU float8 tensors' bytes relabelled, as NumPy's ml_dtypes arrays (TensorflowAdapter.
     # export; probe 2026-11-25, tensorflow 2.21.0: zero-copy); on the GPU the adapter refuses them.
