@@ -189,7 +189,8 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
             kind, fp4_error, message = fp4
             if fp4_error is not None:
                 return Handoff(who, target.name, info, fp4_error, message)
-            return Handoff(who, target.name, info, keep=kind == "same", fp4=None if kind == "same" else kind)
+            fp4_kind = None if kind == "same" else kind
+            return Handoff(who, target.name, info, keep=kind == "same", fp4=fp4_kind, copy=copy is True)
     if needs_dense(info, caps):
         return _dense(info, target, caps, fallback, dtype, copy, source, raw, who)
     try:

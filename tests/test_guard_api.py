@@ -8,7 +8,7 @@ import inspect as pyinspect
 import pytest
 
 import dlbridge
-from tests._guard_helpers import chalf, fp4, np, require_no_x64, torch, values
+from tests._guard_helpers import chalf, np, require_no_x64, torch, values
 from tests.conftest import run_child
 
 # --- convert=False -------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def test_convert_false_fallback_hint_says_to_drop_convert_false() -> None:
     with pytest.raises(
         dlbridge.UnsupportedDtypeError, match=r'fallback="view".*convert=False converts nothing: drop it'
     ):
-        fused(fp4())
+        fused(chalf())
 
 
 def test_convert_false_passes_the_arguments_unconverted() -> None:
