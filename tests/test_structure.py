@@ -89,7 +89,8 @@ def _outside_adapters() -> list[Path]:
     """The package's modules outside the framework adapters (the adapter base class and the table included)."""
     adapters = PACKAGE / "_adapters"
     return sorted(
-        [*PACKAGE.glob("*.py"), *(PACKAGE / "_report").glob("*.py"), adapters / "_base.py", adapters / "__init__.py"]
+        [*PACKAGE.glob("*.py"), *(PACKAGE / "_report").glob("*.py"),
+         *(adapters / name for name in ("_base.py", "_probe.py", "_support.py", "__init__.py"))]  # fmt: skip
     )
 
 

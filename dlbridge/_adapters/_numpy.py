@@ -10,7 +10,7 @@ from .._capabilities import Capabilities, installed_version
 from .._capsule import read, relabel
 from .._dtypes import BY_NAME
 from .._errors import MissingFrameworkError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, AsIs, FastExport, export_capsule
+from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
 
 _ALIGN = 64
 
@@ -67,6 +67,36 @@ def aligned_copy(a: Any) -> Any:
     return out
 
 
+class NumpyProber(Prober):
+    """The report's, tests' and benchmarks' NumPy helpers (ml_dtypes arrays for bf16/fp8)."""
+
+    adapter: NumpyAdapter
+
+    def dtype_for(self, name: str) -> Any:
+        """The NumPy dtype for a dlbridge dtype name (ml_dtypes for bf16/fp8, imported only then)."""
+        return numpy_dtype(name)
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        if device != "cpu":
+            raise ValueError(f"NumPy arrays live on the CPU only, not {device}")
+        return aligned_copy(ref)  # bf16/fp8: an ml_dtypes array
+
+    def transpose(self, arr: Any) -> Any:
+        return arr.T
+
+    def make_readonly(self, arr: Any) -> Any:
+        view = arr.view()
+        view.flags.writeable = False
+        return view
+
+    def host_bytes(self, arr: Any) -> Any:
+        np = self.mod
+        return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).copy()
+
+    def to_host(self, arr: Any) -> Any:
+        return self.mod.array(arr, copy=True)
+
+
 class NumpyAdapter(Adapter):
     name = "numpy"
     module = "numpy"
@@ -75,6 +105,7 @@ class NumpyAdapter(Adapter):
     producer_modules = ("numpy",)
     device_codes = frozenset({1})
     display = "NumPy"
+    prober_class = NumpyProber
     distributions = ("numpy",)
     companions = ("ml_dtypes",)  # bf16/fp8 NumPy dtypes
     extra = "numpy"
@@ -289,33 +320,8 @@ class NumpyAdapter(Adapter):
         np = self.mod
         return np.asarray(table, dtype=np.float32)[u8]
 
-    # --- report, test and benchmark helpers ----------------------------------------------------
-    def dtype_for(self, name: str) -> Any:
-        """The NumPy dtype for a dlbridge dtype name (ml_dtypes for bf16/fp8, imported only then)."""
-        return numpy_dtype(name)
-
-    def make_array(self, ref: Any, device: str) -> Any:
-        if device != "cpu":
-            raise ValueError(f"NumPy arrays live on the CPU only, not {device}")
-        return aligned_copy(ref)  # bf16/fp8: an ml_dtypes array
-
-    def transpose(self, arr: Any) -> Any:
-        return arr.T
-
-    def make_readonly(self, arr: Any) -> Any:
-        view = arr.view()
-        view.flags.writeable = False
-        return view
-
     def is_readonly(self, arr: Any) -> bool:
         return not arr.flags.writeable
-
-    def host_bytes(self, arr: Any) -> Any:
-        np = self.mod
-        return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).copy()
-
-    def to_host(self, arr: Any) -> Any:
-        return self.mod.array(arr, copy=True)
 
 
 class _MaskedArrays(NumpyAdapter):

@@ -62,12 +62,12 @@ def _error(err: BaseException) -> str:
 def _check(consumer: str, out: Any, ref: Ref, want_dtype: str, want_bytes: bytes) -> str | None:
     """Why ``out`` is wrong (dtype, shape or bits), or None when it is right."""
     adapter = ADAPTERS[consumer]
-    got = adapter.dtype_str(out)
+    got = adapter.prober.dtype_str(out)
     if got != want_dtype:
         return f"dtype {got}, expected {want_dtype}"
     if tuple(out.shape) != tuple(ref.shape):
         return f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
-    data = adapter.raw_bytes(out)
+    data = adapter.prober.raw_bytes(out)
     if data != want_bytes:
         return "values differ from the source (bit patterns compared)"
     return None
@@ -184,7 +184,7 @@ def _makes(framework: str, device: str, dtypes: list[str]) -> dict[str, str | No
             found[dtype] = f"no reference values: {_error(err)}"
             continue
         try:
-            got = adapter.dtype_str(make_source(framework, device, ref))
+            got = adapter.prober.dtype_str(make_source(framework, device, ref))
             found[dtype] = None if got == dtype else f"makes {got} when asked for {dtype}"
         except ModuleNotFoundError as err:  # NumPy's bf16/fp8 come from ml_dtypes
             found[dtype] = f"needs {err.name}, which is not installed (pip install {err.name})"
