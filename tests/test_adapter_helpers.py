@@ -96,7 +96,8 @@ def test_api_dtype_accepts_short_names() -> None:
 
 
 def _fake(name: str, module: str, unsafe_after: tuple[str, ...] = ()) -> Adapter:
-    cls = type(name.title(), (Adapter,), {"name": name, "module": module, "unsafe_after": unsafe_after})
+    # The host's adapter under another name: only the class attributes are read.
+    cls = type(name.title(), (type(HOST),), {"name": name, "module": module, "unsafe_after": unsafe_after})
     return cls()
 
 

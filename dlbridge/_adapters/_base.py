@@ -58,6 +58,7 @@ class Adapter(ABC):
     # Other modules that name it as a target (convert(x, "jax.numpy")); unlike aliases, not CLI names.
     module_aliases: ClassVar[tuple[str, ...]] = ()
     producer_modules: ClassVar[tuple[str, ...]] = ()  # top-level __module__ names of its arrays
+    to_doc: ClassVar[str] = ""  # what ``to_<name>``'s docstring adds for it (dlbridge/_api.py)
     # The report's, tests' and benchmarks' helpers for it (a Prober subclass; ``adapter.prober``).
     prober_class: ClassVar[type[Prober]]
 

@@ -52,6 +52,7 @@ class CupyAdapter(Adapter):
     device_codes = frozenset({2, 13})
     display = "CuPy"
     prober_class = CupyProber
+    to_doc = 'CPU sources need ``device="cuda"`` or ``copy=True``.'
     # cupy-cuda12x and friends are found through importlib.metadata.packages_distributions().
     distributions = ("cupy",)
     extra = "cupy"

@@ -106,6 +106,7 @@ class NumpyAdapter(Adapter):
     device_codes = frozenset({1})
     display = "NumPy"
     prober_class = NumpyProber
+    to_doc = "bf16/fp8 arrive as ml_dtypes arrays sharing the memory."
     distributions = ("numpy",)
     companions = ("ml_dtypes",)  # bf16/fp8 NumPy dtypes
     extra = "numpy"

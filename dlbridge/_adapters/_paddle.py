@@ -70,6 +70,7 @@ class PaddleAdapter(Adapter):
     device_codes = frozenset({1, 2})
     display = "PaddlePaddle"
     prober_class = PaddleProber
+    to_doc = "Raises MissingFrameworkError instead of importing paddle after tensorflow (that crashes the process)."
     distributions = ("paddlepaddle", "paddlepaddle-gpu")
     extra = "paddle"
     producer_devices = ("cpu", "cuda")

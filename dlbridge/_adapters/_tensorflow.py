@@ -102,6 +102,7 @@ class TensorflowAdapter(Adapter):
     honours_stream = False  # from_dlpack takes no stream: TF reads on its own
     display = "TensorFlow"
     prober_class = TensorflowProber
+    to_doc = "TensorFlow takes only dense row-major layouts, so others are copied densely first."
     distributions = ("tensorflow", "tensorflow-cpu")
     extra = "tensorflow"
     producer_devices = ("cpu", "cuda")
