@@ -6,7 +6,7 @@ import sys
 from types import ModuleType
 
 from .._errors import DLBridgeError, OptionError, ProducerError
-from ._base import Adapter, AsIs, export_capsule
+from ._base import Adapter, AsIs, Prober, export_capsule
 from ._cupy import CupyAdapter
 from ._jax import JaxAdapter
 from ._numpy import NumpyAdapter
@@ -17,6 +17,7 @@ from ._torch import TorchAdapter
 __all__ = [
     "HOST",
     "Adapter",
+    "Prober",
     "ADAPTERS",
     "AsIs",
     "adapter_named",
