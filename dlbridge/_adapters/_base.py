@@ -187,7 +187,7 @@ class Adapter(ABC):
         if found is not None:
             return found
         raise MissingFrameworkError(
-            f"{self.name} is not installed, so dlbridge cannot tell its version; install it "
+            f"{self.display} is not installed, so dlbridge cannot tell its version; install it "
             f"(pip install {self.module}), or pass the version to ask about, e.g. "
             f'capabilities("{self.name}", "1.0")'
         )

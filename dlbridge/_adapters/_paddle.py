@@ -96,7 +96,7 @@ class PaddleAdapter(Adapter):
             return export_capsule(obj.detach(), stream=stream, max_version=max_version)
         if target is self and dtype is None:  # paddle -> paddle: nothing to change, the graph is kept
             raise AsIs(obj.clone() if copy else obj)
-        what = f"{target.name} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
+        what = f"{target.display} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
         raise ProducerError(
             f"to_{target.name}(): a paddle {str(obj.dtype).removeprefix('paddle.')}{list(obj.shape)} tensor has "
             f"stop_gradient=False, and {what}; dlbridge does not drop it silently. Pass x.detach() to convert "

@@ -155,7 +155,7 @@ class TorchAdapter(Adapter):
         if obj.requires_grad:
             if target is self and dtype is None:  # torch -> torch: nothing to change, the graph is kept
                 raise AsIs(obj.clone() if copy else obj)
-            what = f"{target.name} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
+            what = f"{target.display} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
             raise ProducerError(
                 f"{call}: {_describe(obj)} requires grad, and {what}; dlbridge does not drop it silently. "
                 "Pass x.detach() to convert its values without the graph (no gradient flows back through them)."
