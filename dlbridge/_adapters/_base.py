@@ -16,7 +16,7 @@ from .._capabilities import Capabilities, capabilities
 from .._capsule import Carrier
 from .._errors import DLBridgeError, MissingFrameworkError
 from ._probe import Prober
-from ._support import AsIs, FastExport, distribution_version, export_capsule, findable
+from ._support import AsIs, FastExport, distribution_version, export_capsule, findable, import_framework
 
 __all__ = ["Adapter", "AsIs", "FastExport", "Prober", "export_capsule"]
 
@@ -29,7 +29,8 @@ class Adapter(ABC):
 
     A new framework is one subclass in ``_adapters/_<name>.py``, listed in ``ADAPTERS``
     (``_adapters/__init__.py``), plus its capability rows (``_rows/<name>.py``, listed in
-    ``_rows.MODULES``) and a ``to_<name>`` line in ``dlbridge/_api.pyi``. The subclass:
+    ``_rows.MODULES``) and its types in ``dlbridge/__init__.pyi`` (``to_<name>``'s return type,
+    a ``convert`` overload); ``to_<name>`` itself is made from ``ADAPTERS``. The subclass:
 
     - sets the class attributes below: ``name``, ``module``, ``display``, ``array_type`` and
       ``prober_class`` are required (checked when the adapter is made, i.e. at import of
@@ -150,23 +151,8 @@ class Adapter(ABC):
     # --- framework access (imports on first use) ----------------------------------------
     @cached_property
     def mod(self) -> Any:
-        import importlib
-
-        if self.module not in sys.modules:
-            crashers = [m for m in self.unsafe_after if m in sys.modules]
-            if crashers:
-                raise MissingFrameworkError(
-                    f"dlbridge needs {self.module} for this conversion, but {', '.join(crashers)} is already "
-                    f"imported in this process, and importing {self.module} after it crashes the process; "
-                    f"import {self.module} before {crashers[0]} (e.g. at the top of your program)"
-                )
-        try:
-            return importlib.import_module(self.module)
-        except ImportError as err:
-            raise MissingFrameworkError(
-                f"dlbridge needs {self.module} for this conversion, but importing it failed ({err}); "
-                f"install it (pip install {self.module})"
-            ) from err
+        """The framework's module, imported now if it is not yet (MissingFrameworkError naming the fix)."""
+        return import_framework(self.module, self.unsafe_after)
 
     def check_installed(self) -> None:
         """Raise MissingFrameworkError if the framework is not installed (imports nothing; cached)."""

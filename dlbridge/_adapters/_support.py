@@ -3,11 +3,15 @@ description, the ``AsIs`` signal, and package metadata lookups (nothing here imp
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import sys
 from functools import cache
 from typing import Any
 
-__all__ = ["AsIs", "FastExport", "export_capsule", "findable", "distribution_version"]
+from .._errors import MissingFrameworkError
+
+__all__ = ["AsIs", "FastExport", "export_capsule", "findable", "distribution_version", "import_framework"]
 
 # What Adapter.fast_export returns: (kind, handle, guards, alias, relabel).
 FastExport = tuple[int, Any, tuple[tuple[str, bool, Any], ...], "str | None", "dict[Any, tuple[Any, int]] | None"]
@@ -55,3 +59,23 @@ def distribution_version(module: str) -> str | None:
         except metadata.PackageNotFoundError:
             continue
     return None
+
+
+def import_framework(module: str, unsafe_after: tuple[str, ...]) -> Any:
+    """Import ``module``, unless a module in ``unsafe_after`` is already loaded (importing it then crashes
+    the process): MissingFrameworkError naming the fix either way."""
+    if module not in sys.modules:
+        crashers = [m for m in unsafe_after if m in sys.modules]
+        if crashers:
+            raise MissingFrameworkError(
+                f"dlbridge needs {module} for this conversion, but {', '.join(crashers)} is already "
+                f"imported in this process, and importing {module} after it crashes the process; "
+                f"import {module} before {crashers[0]} (e.g. at the top of your program)"
+            )
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise MissingFrameworkError(
+            f"dlbridge needs {module} for this conversion, but importing it failed ({err}); "
+            f"install it (pip install {module})"
+        ) from err
