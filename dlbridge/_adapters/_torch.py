@@ -19,7 +19,8 @@ _NEG_BIT = "Can't export tensors with the negative bit set"
 
 
 class TorchProber(Prober):
-    """The report's, tests' and benchmarks' torch helpers (no NumPy needed to make arrays from bits or read their bytes)."""
+    """The report's, tests' and benchmarks' torch helpers (arrays made from bits and their bytes read
+    without NumPy, so that the report probes torch on a machine without NumPy)."""
 
     adapter: TorchAdapter
 
