@@ -1,7 +1,7 @@
 """The public conversion functions: thin, keyword-only wrappers over the pipeline.
 
 ``to_<name>`` is made here for every adapter in ``ADAPTERS`` (``_to``); their static types, and
-``convert``'s per-framework overloads, are in ``_api.pyi`` beside this file.
+``convert``'s per-framework overloads, are in ``dlbridge/__init__.pyi``.
 """
 
 from __future__ import annotations
