@@ -140,16 +140,16 @@ def data_ptr(x: Any) -> int:
 
 def dtype_label(x: Any) -> str:
     adapter = adapter_for(x)
-    return adapter.dtype_str(x) if adapter is not None else str(x.dtype)
+    return adapter.prober.dtype_str(x) if adapter is not None else str(x.dtype)
 
 
 def make_source(producer: str, dtype: str, nbytes: int, device: str) -> tuple[Any, Any]:
     """(array of ``dtype``, same-width unsigned array) from ``producer`` on ``device``."""
     np = HOST.mod
     n = nbytes // ITEMSIZE[dtype]
-    pattern = np.arange(8, dtype=np.float32).astype(HOST.dtype_for(dtype))  # 0..7: exact in every format
+    pattern = np.arange(8, dtype=np.float32).astype(HOST.prober.dtype_for(dtype))  # 0..7: exact in every format
     adapter = ADAPTERS[producer]
-    x = adapter.make_array(np.tile(pattern, n // 8), device)  # 64-byte aligned on the host
+    x = adapter.prober.make_array(np.tile(pattern, n // 8), device)  # 64-byte aligned on the host
     u = adapter.view(x, UINT_OF[dtype])  # a copy where the framework cannot view (JAX); only its cost matters
     for arr in (x, u):
         if hasattr(arr, "block_until_ready"):  # asynchronous frameworks: finished before timing starts

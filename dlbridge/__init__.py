@@ -1,16 +1,40 @@
 """dlbridge: zero-copy, dtype-safe tensor handoff between PyTorch, CuPy, JAX, NumPy,
 TensorFlow and PaddlePaddle via DLPack."""
 
+__version__ = "0.1.0"
+
+from typing import TYPE_CHECKING, Any
+
+from ._api import TO
+from ._api import capabilities as capabilities
+from ._api import convert as convert
+from ._api import register_numpy_dtypes as register_numpy_dtypes
+from ._capsule import DLPackInfo as DLPackInfo
+from ._convert import inspect as inspect
+from ._errors import CapsuleError as CapsuleError
+from ._errors import DeviceMismatchError as DeviceMismatchError
+from ._errors import DLBridgeError as DLBridgeError
+from ._errors import LayoutError as LayoutError
+from ._errors import MissingFrameworkError as MissingFrameworkError
+from ._errors import NotAnArrayError as NotAnArrayError
+from ._errors import OptionError as OptionError
+from ._errors import ProducerError as ProducerError
+from ._errors import ReadOnlyError as ReadOnlyError
+from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
+from ._explain import explain as explain
+from ._handoff import Handoff as Handoff
+from ._options import fallback_policy as fallback_policy
+from ._options import get_default_fallback as get_default_fallback
+from ._options import set_default_fallback as set_default_fallback
+from ._shards import from_shards as from_shards
+from ._shards import shards as shards
+from ._types import SupportsDLPack as SupportsDLPack
+
+globals().update(TO)  # to_<name> for every framework in the adapter table (made in _api.py)
+# Types: __init__.pyi (each to_<name>'s return type, convert()'s overloads).
 __all__ = [
     "__version__",
-    "to_torch",
-    "to_cupy",
-    "to_jax",
-    "to_numpy",
-    "to_tensorflow",
-    "to_paddle",
-    "to_mlx",
-    "to_array_api_strict",
+    *TO,  # to_<name> for every framework in the adapter table: to_torch, to_numpy, ...
     "convert",
     "shards",
     "from_shards",
@@ -37,41 +61,6 @@ __all__ = [
     "MissingFrameworkError",
 ]
 
-__version__ = "0.1.0"
-
-from typing import TYPE_CHECKING, Any
-
-from ._api import capabilities as capabilities
-from ._api import convert as convert
-from ._api import register_numpy_dtypes as register_numpy_dtypes
-from ._api import to_array_api_strict as to_array_api_strict
-from ._api import to_cupy as to_cupy
-from ._api import to_jax as to_jax
-from ._api import to_mlx as to_mlx
-from ._api import to_numpy as to_numpy
-from ._api import to_paddle as to_paddle
-from ._api import to_tensorflow as to_tensorflow
-from ._api import to_torch as to_torch
-from ._capsule import DLPackInfo as DLPackInfo
-from ._convert import inspect as inspect
-from ._errors import CapsuleError as CapsuleError
-from ._errors import DeviceMismatchError as DeviceMismatchError
-from ._errors import DLBridgeError as DLBridgeError
-from ._errors import LayoutError as LayoutError
-from ._errors import MissingFrameworkError as MissingFrameworkError
-from ._errors import NotAnArrayError as NotAnArrayError
-from ._errors import OptionError as OptionError
-from ._errors import ProducerError as ProducerError
-from ._errors import ReadOnlyError as ReadOnlyError
-from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
-from ._explain import explain as explain
-from ._handoff import Handoff as Handoff
-from ._options import fallback_policy as fallback_policy
-from ._options import get_default_fallback as get_default_fallback
-from ._options import set_default_fallback as set_default_fallback
-from ._shards import from_shards as from_shards
-from ._shards import shards as shards
-from ._types import SupportsDLPack as SupportsDLPack
 
 if TYPE_CHECKING:
     from ._guard import guard as guard

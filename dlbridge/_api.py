@@ -1,12 +1,17 @@
-"""The public conversion functions: thin, typed, keyword-only wrappers over the pipeline."""
+"""The public conversion functions: thin, keyword-only wrappers over the pipeline.
+
+``to_<name>`` is made here for every adapter in ``ADAPTERS`` (``_to``); their static types, and
+``convert``'s per-framework overloads, are in ``dlbridge/__init__.pyi``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 from ._accelerator import accel
-from ._adapters import adapter_named
+from ._adapters import ADAPTERS, Adapter, adapter_named
 from ._capabilities import Capabilities
 from ._capabilities import capabilities as _table
 from ._options import NOT_GIVEN
@@ -14,134 +19,38 @@ from ._route import SPECS
 from ._route import convert as _route
 
 if TYPE_CHECKING:
-    import array_api_strict
-    import cupy
-    import jax
-    import mlx.core
-    import numpy
-    import paddle
-    import tensorflow
-    import torch
-
     from ._types import DeviceLike, DTypeLike, FallbackOption, SupportsDLPack
-
-_TORCH, _CUPY, _JAX, _NUMPY = SPECS["torch"], SPECS["cupy"], SPECS["jax"], SPECS["numpy"]
-_TENSORFLOW, _PADDLE = SPECS["tensorflow"], SPECS["paddle"]
-_MLX, _ARRAY_API_STRICT = SPECS["mlx"], SPECS["array_api_strict"]
-
-__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "to_tensorflow", "to_paddle", "convert", "capabilities",
-           "to_mlx", "to_array_api_strict"]  # fmt: skip
 
 # ``x`` is typed ``SupportsDLPack | Any``: any DLPack array, but also a raw capsule or a producer older
 # than DLPack 1.0 (``__dlpack__(stream=)`` only); anything else raises NotAnArrayError at run time.
 
 
-def to_torch(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
-             dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-             stream: int | None = None) -> torch.Tensor:  # fmt: skip
-    """``x`` as a ``torch.Tensor``: same memory and true dtype where torch can hold it."""
-    result: torch.Tensor = _route(_TORCH, x, fallback, dtype, device, copy, stream)
-    return result
+def _to(adapter: Adapter) -> Callable[..., Any]:
+    """The public ``to_<adapter.name>``: a function of its own (name, docstring, signature, module
+    ``dlbridge``) that calls the fast route with the adapter's spec, as a hand-written one would."""
+    spec = SPECS[adapter.name]
 
-
-def to_cupy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
-            dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-            stream: int | None = None) -> cupy.ndarray:  # fmt: skip
-    """``x`` as a ``cupy.ndarray``. CPU sources need ``device="cuda"`` or ``copy=True``."""
-    result: cupy.ndarray = _route(_CUPY, x, fallback, dtype, device, copy, stream)
-    return result
-
-
-def to_jax(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+    def to(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
            dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-           stream: int | None = None) -> jax.Array:  # fmt: skip
-    """``x`` as a ``jax.Array`` (zero-copy where JAX can share the buffer)."""
-    result: jax.Array = _route(_JAX, x, fallback, dtype, device, copy, stream)
-    return result
+           stream: int | None = None) -> Any:  # fmt: skip
+        return _route(spec, x, fallback, dtype, device, copy, stream)
+
+    returns = ".".join(adapter.array_type)
+    to.__name__ = to.__qualname__ = f"to_{adapter.name}"
+    to.__module__ = "dlbridge"
+    doc = f"``x`` as a ``{returns}``: the same memory and true dtype where {adapter.display} can hold them."
+    to.__doc__ = f"{doc} {adapter.to_doc}" if adapter.to_doc else doc
+    to.__annotations__ = {**to.__annotations__, "return": returns}
+    # Compiled: a callable that enters the fast route without a Python frame; its name, docstring
+    # and signature stay those of ``to`` (``__wrapped__``).
+    return accel.Route(spec, to) if accel is not None else to
 
 
-def to_numpy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
-             dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-             stream: int | None = None) -> numpy.ndarray[Any, Any]:  # fmt: skip
-    """``x`` as a ``numpy.ndarray``; bf16/fp8 arrive as ml_dtypes arrays sharing the memory."""
-    result: numpy.ndarray[Any, Any] = _route(_NUMPY, x, fallback, dtype, device, copy, stream)
-    return result
+TO: dict[str, Callable[..., Any]] = {f"to_{name}": _to(adapter) for name, adapter in ADAPTERS.items()}
+globals().update(TO)
+__all__ = [*TO, "convert", "capabilities", "register_numpy_dtypes"]
 
 
-def to_tensorflow(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
-                  dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-                  stream: int | None = None) -> tensorflow.Tensor:  # fmt: skip
-    """``x`` as a ``tf.Tensor`` (zero-copy where TensorFlow can share the buffer; it takes only
-    dense row-major layouts, so others are copied densely first)."""
-    result: tensorflow.Tensor = _route(_TENSORFLOW, x, fallback, dtype, device, copy, stream)
-    return result
-
-
-def to_paddle(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
-              dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-              stream: int | None = None) -> paddle.Tensor:  # fmt: skip
-    """``x`` as a ``paddle.Tensor``: same memory and true dtype where Paddle can hold it. Raises
-    MissingFrameworkError instead of importing paddle after tensorflow (that crashes the process)."""
-    result: paddle.Tensor = _route(_PADDLE, x, fallback, dtype, device, copy, stream)
-    return result
-
-
-def to_mlx(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
-           dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-           stream: int | None = None) -> mlx.core.array:  # fmt: skip
-    """``x`` as an ``mlx.core.array`` with its true dtype (float64 too). MLX copies every CPU array it
-    imports, so this is a copy, and ``copy=False`` raises LayoutError."""
-    result: mlx.core.array = _route(_MLX, x, fallback, dtype, device, copy, stream)
-    return result
-
-
-def to_array_api_strict(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
-                        dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-                        stream: int | None = None) -> array_api_strict._array_object.Array:  # fmt: skip
-    """``x`` as an ``array_api_strict`` array, zero-copy; only the Array API standard's dtypes (no
-    float16, bfloat16 or float8: refused, or same-width uints with ``fallback="view"``)."""
-    result: array_api_strict._array_object.Array = _route(_ARRAY_API_STRICT, x, fallback, dtype, device, copy,
-                                                          stream)  # fmt: skip
-    return result
-
-
-# ``convert(x, "numpy")`` is typed like ``to_numpy(x)``: one overload per framework name and alias.
-@overload
-def convert(x: SupportsDLPack | Any, to: Literal["torch", "pytorch"], /, *, fallback: FallbackOption = ...,
-            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> torch.Tensor: ...  # fmt: skip
-@overload
-def convert(x: SupportsDLPack | Any, to: Literal["cupy"], /, *, fallback: FallbackOption = ...,
-            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> cupy.ndarray: ...  # fmt: skip
-@overload
-def convert(x: SupportsDLPack | Any, to: Literal["jax", "jax.numpy"], /, *, fallback: FallbackOption = ...,
-            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> jax.Array: ...  # fmt: skip
-@overload
-def convert(x: SupportsDLPack | Any, to: Literal["numpy", "np"], /, *, fallback: FallbackOption = ...,
-            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> numpy.ndarray[Any, Any]: ...  # fmt: skip
-@overload
-def convert(x: SupportsDLPack | Any, to: Literal["tensorflow", "tf"], /, *, fallback: FallbackOption = ...,
-            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> tensorflow.Tensor: ...  # fmt: skip
-@overload
-def convert(x: SupportsDLPack | Any, to: Literal["paddle"], /, *, fallback: FallbackOption = ...,
-            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> paddle.Tensor: ...  # fmt: skip
-@overload
-def convert(x: SupportsDLPack | Any, to: Literal["mlx", "mlx.core"], /, *, fallback: FallbackOption = ...,
-            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> mlx.core.array: ...  # fmt: skip
-@overload
-def convert(x: SupportsDLPack | Any, to: Literal["array_api_strict", "array-api-strict"], /, *,
-            fallback: FallbackOption = ..., dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
-            copy: bool | None = ..., stream: int | None = ...) -> array_api_strict._array_object.Array: ...  # fmt: skip
-@overload
-def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: FallbackOption = ...,
-            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> Any: ...  # fmt: skip
 def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: FallbackOption = NOT_GIVEN,
             dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
             stream: int | None = None) -> Any:  # fmt: skip
@@ -176,13 +85,3 @@ def register_numpy_dtypes() -> tuple[str, ...]:
     NumPy < 2.5, MissingFrameworkError without ml_dtypes.
     """
     return adapter_named("numpy").register_dtypes()  # type: ignore[no-any-return, attr-defined]
-
-
-# Compiled: each to_<framework> becomes a callable that enters the fast route without a Python
-# frame; its name, docstring and signature stay those of the function above (``__wrapped__``).
-if accel is not None:
-    for _name, _spec in (("to_torch", _TORCH), ("to_cupy", _CUPY), ("to_jax", _JAX), ("to_numpy", _NUMPY),
-                         ("to_tensorflow", _TENSORFLOW), ("to_paddle", _PADDLE), ("to_mlx", _MLX),
-                         ("to_array_api_strict", _ARRAY_API_STRICT)):  # fmt: skip
-        globals()[_name] = accel.Route(_spec, globals()[_name])
-    del _name, _spec

@@ -82,7 +82,7 @@ def host_device(target: Adapter, device: tuple[int, int], asked: Any) -> tuple[i
         count = target.cpu_devices()
         if device[1] >= count:
             raise DeviceMismatchError(
-                f"to_{target.name}(): device={asked!r} names CPU device {device[1]}, but {target.name} has "
+                f"to_{target.name}(): device={asked!r} names CPU device {device[1]}, but {target.display} has "
                 f"{count} CPU device{'s' if count > 1 else ''} (cpu:0{f'..cpu:{count - 1}' if count > 1 else ''});"
                 ' pass device="cpu"'
             )
@@ -100,7 +100,7 @@ def stream_for(stream: int | None, target: Adapter, device: tuple[int, int]) -> 
         except Exception as err:  # e.g. a CPU-only build asked about a CUDA source
             raise DeviceMismatchError(
                 f"to_{target.name}(): the source says it is on {device_name(device[0])}:{device[1]}, which "
-                f"{target.name} cannot use in this process ({type(err).__name__}: {err})"
+                f"{target.display} cannot use in this process ({type(err).__name__}: {err})"
             ) from err
     if stream == 0 and device[0] != 10:
         raise OptionError("stream=0 is ambiguous in DLPack on CUDA; pass 1 for the legacy default stream")

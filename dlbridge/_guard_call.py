@@ -226,7 +226,7 @@ class _Call:
                 dtype = getattr(getattr(value, "dtype", None), "name", "?")
                 raise NotAnArrayError(
                     f"{self.spec.name}({self.spec.label(where)}=…): args= selects it for conversion to "
-                    f"{self.spec.target.name}, but it is a tensor of dtype {dtype} ({cls.__qualname__}), which "
+                    f"{self.spec.target.display}, but it is a tensor of dtype {dtype} ({cls.__qualname__}), which "
                     "holds no array of numbers DLPack can carry; leave it out of args= (the guard then passes it "
                     "through unchanged)"
                 )
@@ -235,14 +235,14 @@ class _Call:
             if explicit and value and not holds_array(value):  # a list of numbers, say: nothing to convert
                 raise NotAnArrayError(
                     f"{self.spec.name}({self.spec.label(where)}=…): args= selects it for conversion to "
-                    f"{self.spec.target.name}, but it is a {cls.__qualname__} holding no array that supports "
+                    f"{self.spec.target.display}, but it is a {cls.__qualname__} holding no array that supports "
                     "DLPack; pass arrays (or a tuple, list or dict holding some), or leave it out of args="
                 )
             return map_items(value, lambda v, k: self.value(v, (*where, k), False))
         if explicit and value is not None:
             raise NotAnArrayError(
                 f"{self.spec.name}({self.spec.label(where)}=…): args= selects it for conversion to "
-                f"{self.spec.target.name}, but it is a {cls.__module__}.{cls.__qualname__}, not an array that "
+                f"{self.spec.target.display}, but it is a {cls.__module__}.{cls.__qualname__}, not an array that "
                 "supports DLPack (or a tuple, list or dict of them)"
             )
         return value

@@ -90,16 +90,16 @@ def make_source(framework: str, dtype: str, layout: str):
     full = reference(dtype, base_shape(layout))
     expected = layout_of(full, layout)
     adapter = ADAPTERS[framework]
-    made = adapter.make_array(full, "cpu")
+    made = adapter.prober.make_array(full, "cpu")
     try:
         return apply_layout(made, layout), expected
     except (AttributeError, TypeError):  # no .T or slicing views: a fresh dense array with the same values
-        return adapter.make_array(np.ascontiguousarray(expected), "cpu"), expected
+        return adapter.prober.make_array(np.ascontiguousarray(expected), "cpu"), expected
 
 
 def to_host(framework: str, arr) -> np.ndarray:
     """A NumPy copy of ``arr`` with its logical dtype, read through the framework's own API."""
-    return ADAPTERS[framework].to_host(arr)
+    return ADAPTERS[framework].prober.to_host(arr)
 
 
 def data_ptr(framework: str, arr) -> int:
@@ -107,4 +107,4 @@ def data_ptr(framework: str, arr) -> int:
 
 
 def dtype_name(framework: str, arr) -> str:
-    return ADAPTERS[framework].dtype_str(arr)
+    return ADAPTERS[framework].prober.dtype_str(arr)

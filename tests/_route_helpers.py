@@ -42,9 +42,9 @@ def outcome(call: Callable[[], Any], x: Any) -> tuple[Any, ...]:
         return ("error", type(err).__name__, str(err))
     adapter = adapter_for(r)
     assert adapter is not None, type(r)
-    host = adapter.to_host(r)
+    host = adapter.prober.to_host(r)
     same = ptr(r) is not None and ptr(r) == ptr(x) and host.size > 0
-    return ("ok", type(r), adapter.dtype_str(r), host.shape, np.ascontiguousarray(host).tobytes(), r is x, same)
+    return ("ok", type(r), adapter.prober.dtype_str(r), host.shape, np.ascontiguousarray(host).tobytes(), r is x, same)
 
 
 def pipeline(x: Any, to: str, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None, copy: Any = None,

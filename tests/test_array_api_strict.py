@@ -32,7 +32,7 @@ def xp() -> Any:
 def _source(framework: str, ref: np.ndarray) -> Any:
     if framework == "jax" and ref.dtype.name in X64:
         pytest.skip("JAX without x64 holds no 64-bit types")
-    return ADAPTERS[framework].make_array(ref, "cpu")
+    return ADAPTERS[framework].prober.make_array(ref, "cpu")
 
 
 def _reference(dtype: str) -> np.ndarray:
@@ -44,7 +44,7 @@ def _ptr(framework: str, arr: Any) -> int:
 
 
 def _host(framework: str, arr: Any) -> np.ndarray:
-    return ADAPTERS[framework].to_host(arr)
+    return ADAPTERS[framework].prober.to_host(arr)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -54,7 +54,7 @@ def test_into_array_api_strict_is_zero_copy(producer: str, dtype: str) -> None:
     ref = _reference(dtype)
     src = _source(producer, ref)
     out = dlbridge.to_array_api_strict(src, copy=False)
-    assert XP.dtype_str(out) == dtype
+    assert XP.prober.dtype_str(out) == dtype
     assert tuple(out.shape) == ref.shape
     np.testing.assert_array_equal(bits(_host("array_api_strict", out)), bits(ref))
     assert _ptr("array_api_strict", out) == _ptr(producer, src)
@@ -67,9 +67,9 @@ def test_out_of_array_api_strict_is_zero_copy(consumer: str, dtype: str) -> None
     if consumer == "jax" and dtype in X64:
         pytest.skip("JAX without x64 holds no 64-bit types (refused, see test_matrix.py)")
     ref = _reference(dtype)
-    src = XP.make_array(ref, "cpu")  # 64-byte aligned: XLA shares only such buffers
+    src = XP.prober.make_array(ref, "cpu")  # 64-byte aligned: XLA shares only such buffers
     out = dlbridge.convert(src, consumer)
-    assert ADAPTERS[consumer].dtype_str(out) == dtype
+    assert ADAPTERS[consumer].prober.dtype_str(out) == dtype
     np.testing.assert_array_equal(bits(_host(consumer, out)), bits(ref))
     assert _ptr(consumer, out) == _ptr("array_api_strict", src)
 
@@ -123,11 +123,11 @@ def test_read_only_memory_stays_read_only(xp: Any) -> None:
 def test_dtypes_outside_the_standard_are_refused_or_viewed(dtype: str, uint: str) -> None:
     torch = need("torch")
     ref = reference(dtype, (2, 3))
-    src = ADAPTERS["torch"].make_array(ref, "cpu")
+    src = ADAPTERS["torch"].prober.make_array(ref, "cpu")
     with pytest.raises(dlbridge.UnsupportedDtypeError, match=f'cannot hold {dtype}.*fallback="view" for a zero-copy'):
         dlbridge.to_array_api_strict(src)
     view = dlbridge.to_array_api_strict(src, fallback="view")
-    assert XP.dtype_str(view) == uint
+    assert XP.prober.dtype_str(view) == uint
     assert _ptr("array_api_strict", view) == src.data_ptr()
     np.testing.assert_array_equal(_host("array_api_strict", view), ref.view(uint))
     back = dlbridge.to_torch(view)  # the view remembers what its bits are

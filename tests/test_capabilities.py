@@ -158,6 +158,6 @@ def test_capabilities_of_a_framework_that_is_not_installed_says_so() -> None:
 
     if importlib.util.find_spec("cupy") is not None:
         pytest.skip("cupy is installed")
-    with pytest.raises(dlbridge.MissingFrameworkError, match=r'cupy is not installed.*capabilities\("cupy", "1.0"\)'):
+    with pytest.raises(dlbridge.MissingFrameworkError, match=r'CuPy is not installed.*capabilities\("cupy", "1.0"\)'):
         dlbridge.capabilities("cupy")
     assert capabilities("cupy", "13.6.0").consumer == "cupy"  # an explicit version needs no install

@@ -191,11 +191,11 @@ def test_a_registered_adapter_is_listed_by_doctor_and_the_cli():
     # Adding a framework is one adapter: doctor and the report's option checks pick it up from the registry.
     code = """
 import dlbridge._adapters as registry
-from dlbridge._adapters._base import Adapter
+from tests.toy_adapter import ToyAdapter  # a complete adapter (every abstract method), renamed
 
-class Newframe(Adapter):
+class Newframe(ToyAdapter):
     name, module, display, extra = "newframe", "dlbridge_test_no_such_module", "NewFrame", "newframe"
-    array_type = ("dlbridge_test_no_such_module", "Array")
+    array_type, producer_modules = ("dlbridge_test_no_such_module", "Array"), ()
 
 registry.ADAPTERS["newframe"] = Newframe()
 from dlbridge._cli import main

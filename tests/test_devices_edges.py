@@ -110,9 +110,9 @@ def test_device_cpu_n_with_copy_lands_on_that_device(four_cpus) -> None:
 
 def test_device_cpu_n_the_target_lacks_is_a_clear_error(four_cpus) -> None:
     assert four_cpus["jax_cpu9"].startswith("DeviceMismatchError: to_jax(): device='cpu:9' names CPU device 9")
-    assert "jax has 4 CPU devices (cpu:0..cpu:3)" in four_cpus["jax_cpu9"]
+    assert "JAX has 4 CPU devices (cpu:0..cpu:3)" in four_cpus["jax_cpu9"]
     assert four_cpus["torch_cpu2"].startswith("DeviceMismatchError: to_torch(): device='cpu:2'")
-    assert 'torch has 1 CPU device (cpu:0); pass device="cpu"' in four_cpus["torch_cpu2"]
+    assert 'PyTorch has 1 CPU device (cpu:0); pass device="cpu"' in four_cpus["torch_cpu2"]
     assert four_cpus["numpy_cpu3"].startswith("DeviceMismatchError: to_numpy(): device=CpuDevice(id=3)")
 
 
@@ -148,7 +148,7 @@ def test_refused_cpu_id_capsule_keeps_its_device() -> None:
     p = CtypesArray.from_bytes(bytes(range(4)), "uint8", (4,)).with_(device=(1, 3))
     capsule = p.capsule(versioned=False)
     before = dlbridge.inspect(capsule)
-    with pytest.raises(dlbridge.DeviceMismatchError, match="jax has 1 CPU device"):
+    with pytest.raises(dlbridge.DeviceMismatchError, match="JAX has 1 CPU device"):
         dlbridge.to_jax(capsule, device="cpu:2")
     assert dlbridge.inspect(capsule) == before
     j = dlbridge.to_jax(capsule)

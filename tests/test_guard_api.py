@@ -307,7 +307,7 @@ def test_args_selecting_a_list_of_numbers_raises_not_an_array() -> None:
 
     with pytest.raises(
         dlbridge.NotAnArrayError,
-        match=r"^body\(xs=…\): args= selects it for conversion to torch, but it is a list holding no array",
+        match=r"^body\(xs=…\): args= selects it for conversion to PyTorch, but it is a list holding no array",
     ):
         body([1, 2.5])
 

@@ -32,7 +32,7 @@ def _source(framework: str, ref: np.ndarray) -> Any:
     """``ref``'s dtype and bits as a dense CPU array of ``framework``."""
     if framework == "jax" and ref.dtype.itemsize == 8 and ref.dtype.kind in "uif":
         pytest.skip("JAX without x64 holds no 64-bit types")
-    return ADAPTERS[framework].make_array(ref, "cpu")
+    return ADAPTERS[framework].prober.make_array(ref, "cpu")
 
 
 def _ptr(framework: str, arr: Any) -> int:
@@ -40,7 +40,7 @@ def _ptr(framework: str, arr: Any) -> int:
 
 
 def _host(framework: str, arr: Any) -> np.ndarray:
-    return ADAPTERS[framework].to_host(arr)
+    return ADAPTERS[framework].prober.to_host(arr)
 
 
 # --- into MLX: always a copy, always the true dtype ------------------------------------------------
@@ -53,7 +53,7 @@ def test_into_mlx_is_a_copy_with_the_true_dtype(producer: str, dtype: str) -> No
     ref = reference(dtype, (3, 4))
     src = _source(producer, ref)
     out = dlbridge.to_mlx(src)
-    assert MLX.dtype_str(out) == dtype
+    assert MLX.prober.dtype_str(out) == dtype
     assert tuple(out.shape) == ref.shape
     np.testing.assert_array_equal(bits(_host("mlx", out)), bits(ref))
     assert _ptr("mlx", out) != _ptr(producer, src), "MLX copies every CPU import"
@@ -116,7 +116,7 @@ def test_dtypes_mlx_cannot_hold_are_refused_by_name() -> None:
     with pytest.raises(dlbridge.UnsupportedDtypeError, match=r'float8_e4m3fn.*fallback="view" for a uint8 copy'):
         dlbridge.to_mlx(fp8)
     view = dlbridge.to_mlx(fp8, fallback="view")
-    assert MLX.dtype_str(view) == "uint8"
+    assert MLX.prober.dtype_str(view) == "uint8"
     np.testing.assert_array_equal(_host("mlx", view), fp8.view(torch.uint8).numpy())
     up = dlbridge.to_mlx(fp8, fallback="upcast")
     np.testing.assert_array_equal(_host("mlx", up), np.array([0.5, -2.0], np.float32))
@@ -136,9 +136,9 @@ def test_module_and_alias_name_the_target(mx: Any) -> None:
 def test_out_of_mlx_shares_the_buffer(consumer: str, dtype: str) -> None:
     need(consumer)
     ref = reference(dtype, (3, 4)) if dtype != "float64" else np.arange(12.0).reshape(3, 4) / 3
-    src = MLX.make_array(ref, "cpu")
+    src = MLX.prober.make_array(ref, "cpu")
     out = dlbridge.convert(src, consumer)
-    assert ADAPTERS[consumer].dtype_str(out) == dtype
+    assert ADAPTERS[consumer].prober.dtype_str(out) == dtype
     np.testing.assert_array_equal(bits(_host(consumer, out)), bits(ref))
     assert _ptr(consumer, out) == _ptr("mlx", src)
 
@@ -146,7 +146,7 @@ def test_out_of_mlx_shares_the_buffer(consumer: str, dtype: str) -> None:
 def test_out_of_mlx_into_jax_shares_aligned_buffers_only() -> None:
     need("jax")
     ref = reference("float32", (3, 4))
-    src = MLX.make_array(ref, "cpu")
+    src = MLX.prober.make_array(ref, "cpu")
     out = dlbridge.to_jax(src)
     np.testing.assert_array_equal(np.asarray(out), ref)
     shared = out.unsafe_buffer_pointer() == _ptr("mlx", src)
@@ -155,7 +155,7 @@ def test_out_of_mlx_into_jax_shares_aligned_buffers_only() -> None:
 
 def test_writes_through_torch_show_in_mlx(mx: Any) -> None:
     need("torch")
-    src = MLX.make_array(np.zeros(4, np.float32), "cpu")
+    src = MLX.prober.make_array(np.zeros(4, np.float32), "cpu")
     t = dlbridge.to_torch(src)
     t[1] = 7.0
     assert src[1].item() == 7.0
@@ -163,7 +163,7 @@ def test_writes_through_torch_show_in_mlx(mx: Any) -> None:
 
 def test_lazy_arrays_are_exported_with_their_values(mx: Any) -> None:
     torch = need("torch")
-    x = MLX.make_array(np.arange(5, dtype=np.float32), "cpu")
+    x = MLX.prober.make_array(np.arange(5, dtype=np.float32), "cpu")
     y = x * 2 + 1  # not evaluated yet: MLX's __dlpack__ evaluates it
     out = dlbridge.to_torch(y)
     assert torch.equal(out, torch.arange(5, dtype=torch.float32) * 2 + 1)
@@ -172,7 +172,7 @@ def test_lazy_arrays_are_exported_with_their_values(mx: Any) -> None:
 
 def test_transposed_mlx_array_is_shared_strided() -> None:
     torch = need("torch")
-    src = MLX.transpose(MLX.make_array(np.arange(12, dtype=np.float32).reshape(3, 4), "cpu"))
+    src = MLX.prober.transpose(MLX.prober.make_array(np.arange(12, dtype=np.float32).reshape(3, 4), "cpu"))
     out = dlbridge.to_torch(src)
     assert out.stride() == (1, 4)
     assert torch.equal(out, torch.arange(12, dtype=torch.float32).reshape(3, 4).T)

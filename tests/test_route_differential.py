@@ -210,13 +210,13 @@ def make(src: Source | ViewSource) -> Any:
     ref = values(src.dtype, SHAPES[src.layout])
     fw = src.framework
     if fw == "numpy":
-        x = _numpy_layout(ref if ref.dtype.hasobject else ADAPTERS["numpy"].make_array(ref, "cpu"), src.layout)
+        x = _numpy_layout(ref if ref.dtype.hasobject else ADAPTERS["numpy"].prober.make_array(ref, "cpu"), src.layout)
         if src.readonly and x.flags.writeable:
             x.flags.writeable = False
         return x
     adapter = ADAPTERS[fw]
     need(adapter.module)
-    x = adapter.make_array(ref, "cpu")
+    x = adapter.prober.make_array(ref, "cpu")
     if fw == "torch":
         torch = adapter.mod
         x = {"transposed": lambda t: t.T, "sliced": lambda t: t[1:, 2:], "broadcast": lambda t: t.expand(3, 4)}.get(
@@ -308,15 +308,15 @@ def outcome(run: Callable[[], Any], x: Any) -> tuple[Any, ...]:
         return ("ok", type(r).__name__, "not an array")
     shape = tuple(int(d) for d in r.shape)
     try:
-        host = adapter.to_host(r)
+        host = adapter.prober.to_host(r)
         data: Any = repr(host.tolist()) if host.dtype.hasobject else np.ascontiguousarray(host).tobytes()
     except Exception:  # a dtype NumPy has no counterpart of (torch's float4_e2m1fn_x2): the raw bytes
         try:
-            data = bytes(adapter.host_bytes(r))
+            data = bytes(adapter.prober.host_bytes(r))
         except Exception as err:
             data = f"unreadable ({type(err).__name__})"
     shared = prod(shape) > 0 and ptr(r) is not None and ptr(r) == ptr(x)
-    dtype = adapter.dtype_str(r)
+    dtype = adapter.prober.dtype_str(r)
     if isinstance(r, np.ndarray):
         dtype += f" ({r.dtype.str})"  # the byte order and unit too: '>i4', '<M8[s]'
     return ("ok", type(r).__name__, dtype, shape, data, r is x, shared,

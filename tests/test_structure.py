@@ -26,12 +26,9 @@ IDENTIFIER = re.compile(r"^(" + "|".join((*_WORDS, "np", "tf", "jnp", "cp")) + r
 
 # (file relative to dlbridge/, framework word) -> why the file may name it in code.
 ALLOWED: dict[tuple[str, str], str] = {
-    # The public API is typed per framework: to_torch() -> torch.Tensor, convert(x, "numpy") -> ndarray.
-    # The imports are TYPE_CHECKING-only and the annotations strings (from __future__ import annotations).
-    **{
-        ("_api.py", w): "public per-framework signatures (TYPE_CHECKING imports, Literal names)"
-        for w in ("torch", "pytorch", "cupy", "jax", "numpy", "tensorflow", "paddle")
-    },
+    # register_numpy_dtypes() is NumPy's by name (the to_<name> functions come from the adapter table,
+    # and their per-framework types are in __init__.pyi).
+    ("_api.py", "numpy"): "register_numpy_dtypes() is a NumPy registry call",
     # dlbridge.shards() / from_shards(): typed per target like convert() (TYPE_CHECKING imports, Literal
     # names), over JAX's sharded arrays, whose JAX calls go through the JAX adapter.
     **{
@@ -85,12 +82,13 @@ def framework_names_in_code(path: Path) -> list[tuple[int, str, str]]:
     return hits
 
 
+_SHARED = ("_base.py", "_probe.py", "_support.py", "__init__.py")  # _adapters/ modules of no framework
+
+
 def _outside_adapters() -> list[Path]:
     """The package's modules outside the framework adapters (the adapter base class and the table included)."""
     adapters = PACKAGE / "_adapters"
-    return sorted(
-        [*PACKAGE.glob("*.py"), *(PACKAGE / "_report").glob("*.py"), adapters / "_base.py", adapters / "__init__.py"]
-    )
+    return sorted([*PACKAGE.glob("*.py"), *(PACKAGE / "_report").glob("*.py"), *(adapters / n for n in _SHARED)])
 
 
 @pytest.mark.parametrize("path", _outside_adapters(), ids=lambda p: str(p.relative_to(PACKAGE)))

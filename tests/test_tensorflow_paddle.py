@@ -434,16 +434,16 @@ def test_adapter_report_hooks_round_trip_exact_bits(framework: str) -> None:
     adapter = ADAPTERS[framework]
     for dtype in ("float32", "bfloat16", "bool", "complex64", "int64", *(FP8 if framework == "paddle" else ())):
         ref = reference(dtype, (2, 3))
-        arr = adapter.make_array(ref, "cpu")
-        assert adapter.dtype_str(arr) == dtype
-        np.testing.assert_array_equal(adapter.host_bytes(arr), bits(ref).reshape(-1).view(np.uint8))
-        np.testing.assert_array_equal(bits(adapter.to_host(arr)), bits(ref))
+        arr = adapter.prober.make_array(ref, "cpu")
+        assert adapter.prober.dtype_str(arr) == dtype
+        np.testing.assert_array_equal(adapter.prober.host_bytes(arr), bits(ref).reshape(-1).view(np.uint8))
+        np.testing.assert_array_equal(bits(adapter.prober.to_host(arr)), bits(ref))
         assert adapter.device_of(arr) == (1, 0)
         assert adapter.data_ptr(arr) == ptr(framework, arr)
         copied = adapter.copy(arr)
         assert adapter.data_ptr(copied) != adapter.data_ptr(arr)
-        np.testing.assert_array_equal(adapter.host_bytes(copied), adapter.host_bytes(arr))
-    assert adapter.gpu_name() is None or isinstance(adapter.gpu_name(), str)
+        np.testing.assert_array_equal(adapter.prober.host_bytes(copied), adapter.prober.host_bytes(arr))
+    assert adapter.prober.gpu_name() is None or isinstance(adapter.prober.gpu_name(), str)
 
 
 # --- run in the parent -----------------------------------------------------------------------

@@ -7,7 +7,7 @@ from types import ModuleType
 
 from .._errors import DLBridgeError, OptionError, ProducerError
 from ._array_api_strict import ArrayApiStrictAdapter
-from ._base import Adapter, AsIs, export_capsule
+from ._base import Adapter, AsIs, Prober, export_capsule
 from ._cupy import CupyAdapter
 from ._jax import JaxAdapter
 from ._mlx import MlxAdapter
@@ -19,6 +19,7 @@ from ._torch import TorchAdapter
 __all__ = [
     "HOST",
     "Adapter",
+    "Prober",
     "ADAPTERS",
     "AsIs",
     "adapter_named",

@@ -15,7 +15,39 @@ from __future__ import annotations
 from typing import Any
 
 from .._carriers import Carrier
-from ._base import Adapter, export_capsule
+from ._base import Adapter, Prober, export_capsule
+
+
+class ArrayApiStrictProber(Prober):
+    """The report's, tests' and benchmarks' ArrayApiStrict helpers."""
+
+    adapter: ArrayApiStrictAdapter
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        if device != "cpu":
+            raise ValueError(f"array-api-strict arrays live on the CPU only, not {device}")
+        from ._numpy import aligned_copy
+
+        return self.mod.asarray(aligned_copy(ref))  # refuses dtypes outside the standard
+
+    def dtype_for(self, name: str) -> Any:
+        return getattr(self.mod, name)
+
+    def transpose(self, arr: Any) -> Any:
+        return self.mod.permute_dims(arr, (1, 0))  # a strided view of the same buffer
+
+    def make_readonly(self, arr: Any) -> Any:
+        view = self.adapter._np(arr).view()
+        view.flags.writeable = False
+        return self.mod.from_dlpack(view)  # its versioned capsules say READ_ONLY
+
+    def host_bytes(self, arr: Any) -> Any:
+        import numpy as np
+
+        return np.ascontiguousarray(self.adapter._np(arr)).reshape(-1).view(np.uint8).copy()
+
+    def to_host(self, arr: Any) -> Any:
+        return self.adapter._np(arr).copy()
 
 
 class ArrayApiStrictAdapter(Adapter):
@@ -25,6 +57,7 @@ class ArrayApiStrictAdapter(Adapter):
     array_type = ("array_api_strict._array_object", "Array")
     producer_modules = ("array_api_strict",)
     device_codes = frozenset({1})
+    prober_class = ArrayApiStrictProber
     display = "array-api-strict"
     distributions = ("array-api-strict",)
     extra = "array-api-strict"
@@ -92,32 +125,5 @@ class ArrayApiStrictAdapter(Adapter):
 
         return self.mod.asarray(np.asarray(table, dtype=np.float32)[self._np(u8)])
 
-    # --- report, tests and benchmarks ---------------------------------------------------------
-    def make_array(self, ref: Any, device: str) -> Any:
-        if device != "cpu":
-            raise ValueError(f"array-api-strict arrays live on the CPU only, not {device}")
-        from ._numpy import aligned_copy
-
-        return self.mod.asarray(aligned_copy(ref))  # refuses dtypes outside the standard
-
-    def dtype_for(self, name: str) -> Any:
-        return getattr(self.mod, name)
-
-    def transpose(self, arr: Any) -> Any:
-        return self.mod.permute_dims(arr, (1, 0))  # a strided view of the same buffer
-
-    def make_readonly(self, arr: Any) -> Any:
-        view = self._np(arr).view()
-        view.flags.writeable = False
-        return self.mod.from_dlpack(view)  # its versioned capsules say READ_ONLY
-
     def is_readonly(self, arr: Any) -> bool:
         return not self._np(arr).flags.writeable
-
-    def host_bytes(self, arr: Any) -> Any:
-        import numpy as np
-
-        return np.ascontiguousarray(self._np(arr)).reshape(-1).view(np.uint8).copy()
-
-    def to_host(self, arr: Any) -> Any:
-        return self._np(arr).copy()

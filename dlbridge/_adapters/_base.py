@@ -1,77 +1,92 @@
-"""The adapter interface: everything dlbridge needs to know about one framework.
+"""The adapter interface: everything the conversion needs to know about one framework.
 
-An adapter is built without importing its framework; ``mod`` imports it on first use inside
-a conversion. Detection reads ``sys.modules`` only, so asking "is this a torch tensor?" never
-imports torch. Adding a framework means adding one subclass and listing it in ``__init__``.
+``Adapter`` is an abstract base class: its docstring says what a new framework implements. The
+report's, tests' and benchmarks' helpers are not part of it: see ``_probe.Prober``.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
+from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
-from functools import cache, cached_property
+from functools import cached_property
 from typing import Any, ClassVar
 
 from .._capabilities import Capabilities, capabilities
 from .._carriers import Carrier
 from .._errors import DLBridgeError, MissingFrameworkError
+from ._probe import Prober
+from ._support import AsIs, FastExport, distribution_version, export_capsule, findable, import_framework
 
-__all__ = ["Adapter", "AsIs", "FastExport", "export_capsule"]
+__all__ = ["Adapter", "AsIs", "FastExport", "Prober", "export_capsule"]
 
-# What Adapter.fast_export returns: (kind, handle, guards, alias, relabel).
-FastExport = tuple[int, Any, tuple[tuple[str, bool, Any], ...], "str | None", "dict[Any, tuple[Any, int]] | None"]
-
-
-class AsIs(Exception):  # a signal, caught in _convert
-    """Raised by ``Adapter.export_failed`` when the target should get ``value`` itself, not an
-    import of a capsule (a torch tensor that requires grad, handed to torch: its graph is kept)."""
-
-    def __init__(self, value: Any) -> None:
-        super().__init__()
-        self.value = value
+# What every adapter class sets (Adapter.__init__ checks them).
+_REQUIRED = ("name", "module", "display", "array_type", "prober_class")
 
 
-@cache
-def _findable(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+class Adapter(ABC):
+    """One framework, as the conversion sees it.
 
+    A new framework is one subclass in ``_adapters/_<name>.py``, listed in ``ADAPTERS``
+    (``_adapters/__init__.py``), plus its capability rows (``_rows/<name>.py``, listed in
+    ``_rows.MODULES``) and its types in ``dlbridge/__init__.pyi`` (``to_<name>``'s return type,
+    a ``convert`` overload); ``to_<name>`` itself is made from ``ADAPTERS``. The subclass:
 
-def export_capsule(obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
-    """Call ``obj.__dlpack__`` the way the protocol allows, oldest signatures included."""
-    if max_version is None:
-        return obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
-    try:
-        return obj.__dlpack__(stream=stream, max_version=max_version)
-    except TypeError:
-        # Producers older than DLPack 1.0 don't take max_version.
-        return obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
+    - sets the class attributes below: ``name``, ``module``, ``display``, ``array_type`` and
+      ``prober_class`` are required (checked when the adapter is made, i.e. at import of
+      ``dlbridge._adapters``); the others have defaults that fit a CPU framework with a plain
+      ``from_dlpack``;
+    - implements every ``abstractmethod`` (the array operations the conversion needs: ``view``,
+      ``data_ptr``, ``copy``, ``contiguous``, ``to_device``, ``bf16_bits_to_f32``, ``lookup_f32``);
+      a missing one makes ``TypeError: Can't instantiate abstract class`` at import;
+    - implements ``from_host`` when the framework cannot live on the CPU (1 not in ``device_codes``);
+    - overrides the other methods only where the framework differs from their documented default
+      (its own device objects, streams, states its exporter refuses, the fast route);
+    - names a ``Prober`` subclass (``_probe.py``) for the report, tests and benchmarks: how to
+      make its arrays and read them back. It lives in the same file, above the adapter.
 
+    An adapter is made without importing its framework: ``mod`` imports it on first use inside a
+    conversion, and detection reads ``sys.modules`` only. Keep framework knowledge in this file
+    and in its rows (tests/test_structure.py checks that nothing else names a framework).
+    """
 
-class Adapter:
-    name: ClassVar[str]
+    # --- identity (required: name, module, display, array_type) -----------------------------
+    name: ClassVar[str]  # dlbridge's name for it: to_<name>(), convert(x, "<name>"), the table's consumer
     module: ClassVar[str]  # what ``import`` loads
-    display: ClassVar[str] = ""  # how people write it ("PyTorch")
+    display: ClassVar[str]  # how people write it ("PyTorch"): in messages, the report and doctor
+    array_type: ClassVar[tuple[str, str]]  # (module in sys.modules, attribute) of its array class
+    aliases: ClassVar[tuple[str, ...]] = ()  # other names for it, CLI names too ("pytorch", "np")
+    # Other modules that name it as a target (convert(x, "jax.numpy")); unlike aliases, not CLI names.
+    module_aliases: ClassVar[tuple[str, ...]] = ()
+    producer_modules: ClassVar[tuple[str, ...]] = ()  # top-level __module__ names of its arrays
+    to_doc: ClassVar[str] = ""  # what ``to_<name>``'s docstring adds for it (dlbridge/_api.py)
+    # The report's, tests' and benchmarks' helpers for it (a Prober subclass; ``adapter.prober``).
+    prober_class: ClassVar[type[Prober]]
+
+    # --- installation (doctor, report and messages; nothing is imported) ----------------------
     # PyPI distributions to read its version from, in order (doctor; nothing is imported).
     distributions: ClassVar[tuple[str, ...]] = ()
     # Other distributions whose versions the report and doctor list beside it (compiled halves, dtype add-ons).
     companions: ClassVar[tuple[str, ...]] = ()
     extra: ClassVar[str] = ""  # dlbridge's install extra: pip install "dlbridge[<extra>]"
     pip_name: ClassVar[str] = ""  # what to pip install for it, where that is not ``module`` ("mlx[cpu]")
-    producer_devices: ClassVar[tuple[str, ...]] = ("cpu",)  # where the report makes source arrays
     # Modules that, already imported, make importing this framework crash the process.
     unsafe_after: ClassVar[tuple[str, ...]] = ()
     # Environment defaults for processes that import it beside others (the report's workers).
     worker_env: ClassVar[dict[str, str]] = {}
+    producer_devices: ClassVar[tuple[str, ...]] = ("cpu",)  # where the report makes source arrays
+    # For messages: the call that makes one of its arrays from Python data ("numpy.asarray").
+    wrap_call: ClassVar[str] = ""
+    # The module that gives its arrays the dtypes it lacks natively (bf16/fp8), if any.
+    dtype_addon: ClassVar[str] = ""
+    # For ``dlbridge doctor``, where it imports capsules read-only: what dlbridge does about it.
+    readonly_imports_note: ClassVar[str] = "dlbridge gives the memory of mutable producers back writable and zero-copy."
+
+    # --- behaviour the conversion reads ---------------------------------------------------------
+    device_codes: ClassVar[frozenset[int]] = frozenset({1})  # DLPack device types it can live on
     # The host framework: CPU arrays any DLPack CPU capsule can land in (staging for copies, and the
     # report's reference arrays). Exactly one adapter is the host.
     host: ClassVar[bool] = False
-    aliases: ClassVar[tuple[str, ...]] = ()
-    # Other modules that name it as a target (convert(x, "jax.numpy")); unlike aliases, not CLI names.
-    module_aliases: ClassVar[tuple[str, ...]] = ()
-    array_type: ClassVar[tuple[str, str]]  # (module in sys.modules, attribute) of its array class
-    producer_modules: ClassVar[tuple[str, ...]] = ()  # top-level __module__ names of its arrays
-    device_codes: ClassVar[frozenset[int]] = frozenset({1})  # DLPack device types it can live on
     # What to pass as a producer's __dlpack__(stream=) for "no synchronisation" (DLPack says -1).
     no_sync_stream: ClassVar[int | None] = -1
     # Whether, as a consumer, it reads on the stream the producer was told (False: it imports on a
@@ -83,12 +98,23 @@ class Adapter:
     # Whether its arrays may be written (JAX's may not): decides whether NumPy < 2.2, which makes
     # every import read-only, gets this producer's memory back writable, as NumPy 2.2+ would.
     mutable_arrays: ClassVar[bool] = True
-    # For messages: the call that makes one of its arrays from Python data ("numpy.asarray").
-    wrap_call: ClassVar[str] = ""
-    # The module that gives its arrays the dtypes it lacks natively (bf16/fp8), if any.
-    dtype_addon: ClassVar[str] = ""
-    # For ``dlbridge doctor``, where it imports capsules read-only: what dlbridge does about it.
-    readonly_imports_note: ClassVar[str] = "dlbridge gives the memory of mutable producers back writable and zero-copy."
+    # Whether capabilities() can change during the process (the fast route then checks it on every call).
+    dynamic_capabilities: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        cls = type(self)
+        missing = [a for a in _REQUIRED if not getattr(cls, a, None)]
+        if missing:
+            raise TypeError(f"adapter {cls.__name__} does not set {', '.join(missing)}; every adapter sets "
+                            f"{', '.join(_REQUIRED)} (see dlbridge._adapters._base.Adapter)")  # fmt: skip
+        if 1 not in cls.device_codes and cls.from_host is Adapter.from_host:
+            raise TypeError(f"adapter {cls.__name__} cannot live on the CPU (device_codes "
+                            f"{sorted(cls.device_codes)}), so it must implement from_host()")  # fmt: skip
+
+    @cached_property
+    def prober(self) -> Prober:
+        """The report's, tests' and benchmarks' helpers for this framework (``prober_class``)."""
+        return self.prober_class(self)
 
     # --- detection (never imports) -----------------------------------------------------
     def array_class(self) -> type | None:
@@ -126,27 +152,12 @@ class Adapter:
     # --- framework access (imports on first use) ----------------------------------------
     @cached_property
     def mod(self) -> Any:
-        import importlib
-
-        if self.module not in sys.modules:
-            crashers = [m for m in self.unsafe_after if m in sys.modules]
-            if crashers:
-                raise MissingFrameworkError(
-                    f"dlbridge needs {self.module} for this conversion, but {', '.join(crashers)} is already "
-                    f"imported in this process, and importing {self.module} after it crashes the process; "
-                    f"import {self.module} before {crashers[0]} (e.g. at the top of your program)"
-                )
-        try:
-            return importlib.import_module(self.module)
-        except ImportError as err:
-            raise MissingFrameworkError(
-                f"dlbridge needs {self.module} for this conversion, but importing it failed ({err}); "
-                f"install it (pip install {self.pip_name or self.module})"
-            ) from err
+        """The framework's module, imported now if it is not yet (MissingFrameworkError naming the fix)."""
+        return import_framework(self.module, self.unsafe_after, self.pip_name or self.module)
 
     def check_installed(self) -> None:
         """Raise MissingFrameworkError if the framework is not installed (imports nothing; cached)."""
-        if self.module not in sys.modules and not _findable(self.module):
+        if self.module not in sys.modules and not findable(self.module):
             raise MissingFrameworkError(
                 f"dlbridge needs {self.module} for this conversion, but it is not installed; "
                 f"install it (pip install {self.pip_name or self.module})"
@@ -159,21 +170,11 @@ class Adapter:
         version = getattr(loaded, "__version__", None) if loaded is not None else None
         if isinstance(version, str):
             return version
-        from importlib import metadata
-
-        # The distribution may be named otherwise (cupy-cuda12x, ...): ask the metadata which one
-        # provides the module, and only when the plain name is not found.
-        try:
-            return metadata.version(self.module)
-        except metadata.PackageNotFoundError:
-            pass
-        for dist in metadata.packages_distributions().get(self.module, ()):
-            try:
-                return metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
+        found = distribution_version(self.module)
+        if found is not None:
+            return found
         raise MissingFrameworkError(
-            f"{self.name} is not installed, so dlbridge cannot tell its version; install it "
+            f"{self.display} is not installed, so dlbridge cannot tell its version; install it "
             f"(pip install {self.pip_name or self.module}), or pass the version to ask about, e.g. "
             f'capabilities("{self.name}", "1.0")'
         )
@@ -264,9 +265,6 @@ class Adapter:
 
     # --- the fast route (see _route.py): how this framework's own arrays are exported and imported
     # there; None declines, and the full pipeline handles every conversion. --------------------------
-    # Whether capabilities() can change during the process (the route then checks it on every call).
-    dynamic_capabilities: ClassVar[bool] = False
-
     def fast_export(self, cls: type) -> FastExport | None:
         """How arrays of exactly type ``cls`` are exported on the fast route: (kind, handle, guards,
         alias, relabel). kind 0 calls ``x.__dlpack__``, 1 the type's DLPack C exchange API (handle:
@@ -306,99 +304,48 @@ class Adapter:
         """``arr`` as a writable array over the same memory (consumers with ``readonly_imports``)."""
         return arr
 
+    # --- array operations the conversion needs (every framework provides them) ----------------
+    @abstractmethod
     def view(self, arr: Any, dtype: str) -> Any:
-        """Zero-copy reinterpretation as ``dtype`` (same itemsize)."""
-        raise NotImplementedError
+        """Zero-copy reinterpretation of ``arr`` as ``dtype`` (a dlbridge dtype name, same itemsize)."""
 
     def viewer(self, dtype: str) -> Any:
         """``view(_, dtype)`` as a one-argument callable (the fast route's reinterpret step)."""
         return lambda arr: self.view(arr, dtype)
 
+    @abstractmethod
     def data_ptr(self, arr: Any) -> int:
-        raise NotImplementedError
+        """The address of ``arr``'s first element (what the pipeline compares to tell a share from a copy)."""
 
+    @abstractmethod
     def copy(self, arr: Any) -> Any:
-        raise NotImplementedError
+        """A copy of ``arr`` on its device, in memory of its own (``copy=True``)."""
 
+    @abstractmethod
     def contiguous(self, arr: Any) -> Any:
         """A C-contiguous array with the same values (a copy when needed)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
         """A copy of ``arr`` on ``device``: any of ``device_codes``, and always the CPU (1, 0)."""
-        raise NotImplementedError
 
     def from_host(self, host: Any, device: tuple[int, int]) -> Any:
-        """Copy a NumPy array onto ``device`` (for frameworks that cannot live on the CPU)."""
-        raise NotImplementedError
+        """Copy a NumPy array onto ``device``. Required where the framework cannot live on the CPU
+        (1 not in ``device_codes``); the others get CPU capsules and move them with ``to_device``."""
+        raise NotImplementedError(f"{self.name} imports CPU data itself; from_host is for GPU-only frameworks")
 
+    @abstractmethod
     def bf16_bits_to_f32(self, u16: Any) -> Any:
-        raise NotImplementedError
+        """float32 values of bfloat16 bits held as uint16 (an upcast; a new array on ``u16``'s device)."""
 
+    @abstractmethod
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
-        raise NotImplementedError
-
-    # --- report, test and benchmark helpers (off the hot path; import lazily) -----------------
-    def make_array(self, ref: Any, device: str) -> Any:
-        """A new array of this framework with ``ref``'s dtype, shape and exact bits, on "cpu" or "cuda".
-
-        ``ref`` is a NumPy array (ml_dtypes for bf16/fp8). Raises when the framework cannot make it.
-        """
-        raise NotImplementedError(f"{self.name} cannot make arrays here")
-
-    def make_from_bits(self, data: bytes, dtype: str, shape: tuple[int, ...], device: str) -> Any:
-        """Like ``make_array``, from raw C-order element bytes (what the report's worker uses, so that
-        a framework that can build arrays without NumPy is probed on a machine without NumPy)."""
-        from . import HOST
-
-        ref = HOST.mod.frombuffer(data, dtype="u1").view(HOST.dtype_for(dtype)).reshape(shape)
-        return self.make_array(ref, device)
-
-    def transpose(self, arr: Any) -> Any | None:
-        """A transposed view of the 2-D ``arr`` sharing its memory (strides swapped); None where
-        this framework's arrays are always dense (the report then makes no transposed source)."""
-        return None
-
-    def make_readonly(self, arr: Any) -> Any | None:
-        """A read-only view of ``arr`` whose capsules carry DLPack's READ_ONLY flag; None where the
-        framework has no such arrays (the report then makes no read-only source)."""
-        return None
+        """``table[u8]`` as float32 (fp8/fp6/fp4 upcasts: one entry per bit pattern)."""
 
     def is_readonly(self, arr: Any) -> bool:
         """Whether writes to ``arr`` through its framework's API are impossible (a read-only flag,
         or an immutable array type)."""
         return not self.mutable_arrays
-
-    def raw_bytes(self, arr: Any) -> bytes:
-        """``arr``'s elements' raw bytes, C order (``host_bytes`` as a bytes object)."""
-        return bytes(self.host_bytes(arr).tobytes())
-
-    def dtype_for(self, name: str) -> Any:
-        """This framework's dtype object for a dlbridge dtype name."""
-        return getattr(self.mod, name)
-
-    def dtype_str(self, arr: Any) -> str:
-        """dlbridge's name for ``arr``'s dtype ("bfloat16", "float8_e4m3fn", "bool", ...)."""
-        dtype = arr.dtype
-        name = getattr(dtype, "name", None)
-        return name if isinstance(name, str) else str(dtype).rpartition(".")[2]
-
-    def host_bytes(self, arr: Any) -> Any:
-        """``arr``'s elements' raw bytes, C order, as a flat NumPy uint8 array (copied to the host)."""
-        raise NotImplementedError
-
-    def to_host(self, arr: Any) -> Any:
-        """A NumPy copy of ``arr`` with its logical dtype (ml_dtypes for bf16/fp8)."""
-        raise NotImplementedError
-
-    def doctor_notes(self, version: str) -> list[str]:
-        """Hazards of this framework that depend on its settings, not on the capability table
-        (for ``dlbridge doctor``: must not import the framework)."""
-        return []
-
-    def gpu_name(self) -> str | None:
-        """The name of GPU 0 as this framework reports it, or None."""
-        return None
 
     def __repr__(self) -> str:
         return f"<dlbridge adapter {self.name}>"

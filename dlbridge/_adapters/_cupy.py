@@ -4,8 +4,44 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from .._errors import UnsupportedDtypeError
-from ._base import Adapter, FastExport, export_capsule
+from ._base import Adapter, FastExport, Prober, export_capsule
 from ._numpy import numpy_dtype, raw_bits
+
+
+class CupyProber(Prober):
+    """The report's, tests' and benchmarks' CuPy helpers (GPU arrays only)."""
+
+    adapter: CupyAdapter
+
+    def dtype_for(self, name: str) -> Any:
+        return numpy_dtype(name)
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        if device != "cuda":
+            raise ValueError(f"CuPy arrays live on the GPU only, not {device}")
+        cp = self.mod
+        with cp.cuda.Device(0):
+            raw = cp.asarray(raw_bits(ref))  # bf16: CuPy 14 views the bits as ml_dtypes' bfloat16
+            return raw.view(ref.dtype) if raw.dtype != ref.dtype else raw
+
+    def transpose(self, arr: Any) -> Any:
+        return arr.T
+
+    def host_bytes(self, arr: Any) -> Any:
+        import numpy as np
+
+        with arr.device:
+            a = self.mod.ascontiguousarray(arr).reshape(-1)
+            return a.view(f"u{a.dtype.itemsize}").get().view(np.uint8)
+
+    def to_host(self, arr: Any) -> Any:
+        return arr.get()
+
+    def gpu_name(self) -> str | None:
+        if not self.adapter.has_cuda():
+            return None
+        name = self.mod.cuda.runtime.getDeviceProperties(0)["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
 
 
 class CupyAdapter(Adapter):
@@ -15,6 +51,8 @@ class CupyAdapter(Adapter):
     producer_modules = ("cupy", "cupy_backends")
     device_codes = frozenset({2, 13})
     display = "CuPy"
+    prober_class = CupyProber
+    to_doc = 'CPU sources need ``device="cuda"`` or ``copy=True``.'
     # cupy-cuda12x and friends are found through importlib.metadata.packages_distributions().
     distributions = ("cupy",)
     extra = "cupy"
@@ -95,38 +133,7 @@ class CupyAdapter(Adapter):
         with u8.device:
             return cp.asarray(table, dtype=cp.float32)[u8]
 
-    # --- report, test and benchmark helpers ----------------------------------------------------
     def parse_device(self, device: Any) -> str | tuple[int, int] | None:
         if not type(device).__module__.startswith("cupy") or not isinstance(getattr(device, "id", None), int):
             return None
         return (2, int(device.id))
-
-    def dtype_for(self, name: str) -> Any:
-        return numpy_dtype(name)
-
-    def make_array(self, ref: Any, device: str) -> Any:
-        if device != "cuda":
-            raise ValueError(f"CuPy arrays live on the GPU only, not {device}")
-        cp = self.mod
-        with cp.cuda.Device(0):
-            raw = cp.asarray(raw_bits(ref))  # bf16: CuPy 14 views the bits as ml_dtypes' bfloat16
-            return raw.view(ref.dtype) if raw.dtype != ref.dtype else raw
-
-    def transpose(self, arr: Any) -> Any:
-        return arr.T
-
-    def host_bytes(self, arr: Any) -> Any:
-        import numpy as np
-
-        with arr.device:
-            a = self.mod.ascontiguousarray(arr).reshape(-1)
-            return a.view(f"u{a.dtype.itemsize}").get().view(np.uint8)
-
-    def to_host(self, arr: Any) -> Any:
-        return arr.get()
-
-    def gpu_name(self) -> str | None:
-        if not self.has_cuda():
-            return None
-        name = self.mod.cuda.runtime.getDeviceProperties(0)["name"]
-        return name.decode() if isinstance(name, bytes) else str(name)

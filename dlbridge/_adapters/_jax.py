@@ -9,9 +9,43 @@ from .._capsule import GPU_CODES
 from .._capsule_edit import relabel
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, FastExport, export_capsule
+from ._base import Adapter, FastExport, Prober, export_capsule
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
+
+
+class JaxProber(Prober):
+    """The report's, tests' and benchmarks' JAX helpers."""
+
+    adapter: JaxAdapter
+
+    def doctor_notes(self, version: str) -> list[str]:
+        if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true", "yes"):
+            return []
+        return [f"{self.adapter.display} {version} runs without 64-bit types (JAX_ENABLE_X64 unset): it narrows "
+                "int64/float64/complex128 to 32 bits on import; dlbridge refuses them instead of narrowing."]  # fmt: skip
+
+    def dtype_for(self, name: str) -> Any:
+        return getattr(self.mod.numpy, name)
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        jax = self.mod
+        return jax.device_put(ref, jax.devices("gpu" if device == "cuda" else "cpu")[0])
+
+    def host_bytes(self, arr: Any) -> Any:
+        import numpy as np
+
+        return np.ascontiguousarray(np.asarray(arr)).reshape(-1).view(np.uint8).copy()
+
+    def to_host(self, arr: Any) -> Any:
+        import numpy as np
+
+        return np.array(arr, copy=True)
+
+    def gpu_name(self) -> str | None:
+        if not self.adapter.has_cuda():
+            return None
+        return str(self.mod.devices("gpu")[0].device_kind)
 
 
 class JaxAdapter(Adapter):
@@ -22,6 +56,7 @@ class JaxAdapter(Adapter):
     module_aliases = ("jax.numpy",)
     device_codes = frozenset({1, 2, 10})
     display = "JAX"
+    prober_class = JaxProber
     distributions = ("jax",)
     companions = ("jaxlib",)
     extra = "jax"
@@ -216,7 +251,6 @@ class JaxAdapter(Adapter):
         jnp = self.mod.numpy
         return jnp.asarray(table, dtype=jnp.float32)[u8]
 
-    # --- report, test and benchmark helpers ----------------------------------------------------
     def parse_device(self, device: Any) -> str | tuple[int, int] | None:
         if not type(device).__module__.startswith(("jax", "jaxlib")):
             return None
@@ -230,31 +264,3 @@ class JaxAdapter(Adapter):
         hardware = getattr(device, "local_hardware_id", None) if platform == "gpu" else None
         index = hardware if isinstance(hardware, int) else getattr(device, "id", 0)
         return f"{'cuda' if platform == 'gpu' else platform}:{index}"
-
-    def doctor_notes(self, version: str) -> list[str]:
-        if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true", "yes"):
-            return []
-        return [f"{self.display} {version} runs without 64-bit types (JAX_ENABLE_X64 unset): it narrows "
-                "int64/float64/complex128 to 32 bits on import; dlbridge refuses them instead of narrowing."]  # fmt: skip
-
-    def dtype_for(self, name: str) -> Any:
-        return getattr(self.mod.numpy, name)
-
-    def make_array(self, ref: Any, device: str) -> Any:
-        jax = self.mod
-        return jax.device_put(ref, jax.devices("gpu" if device == "cuda" else "cpu")[0])
-
-    def host_bytes(self, arr: Any) -> Any:
-        import numpy as np
-
-        return np.ascontiguousarray(np.asarray(arr)).reshape(-1).view(np.uint8).copy()
-
-    def to_host(self, arr: Any) -> Any:
-        import numpy as np
-
-        return np.array(arr, copy=True)
-
-    def gpu_name(self) -> str | None:
-        if not self.has_cuda():
-            return None
-        return str(self.mod.devices("gpu")[0].device_kind)

@@ -17,10 +17,50 @@ from typing import Any
 
 from .._capsule import read
 from .._errors import MissingFrameworkError
-from ._base import Adapter
+from ._base import Adapter, Prober
 
 # dlbridge's dtype names that MLX spells otherwise.
 _MLX_NAMES = {"bool": "bool_"}
+
+
+class MlxProber(Prober):
+    """The report's, tests' and benchmarks' Mlx helpers."""
+
+    adapter: MlxAdapter
+
+    def dtype_for(self, name: str) -> Any:
+        return self.adapter.dtype_for(name)
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        """From the bits: ``mx.array`` would narrow float64 NumPy data to float32."""
+        import numpy as np
+
+        from ._numpy import numpy_dtype
+
+        if device != "cpu":
+            raise ValueError(f"dlbridge uses MLX on the CPU only, not {device}")
+        name = ref.dtype.name
+        if not hasattr(self.mod, _MLX_NAMES.get(name, name)):
+            raise TypeError(f"MLX {self.adapter.version} has no {name}")
+        dense = np.ascontiguousarray(ref).reshape(ref.shape)  # ascontiguousarray makes 0-d arrays 1-d
+        bits = dense.view(numpy_dtype(f"uint{ref.dtype.itemsize * 8}"))
+        out = self.mod.array(bits).view(self.dtype_for(name))
+        self.mod.eval(out)
+        return out
+
+    def transpose(self, arr: Any) -> Any:
+        return arr.T  # strided over the same buffer (its capsule says strides (1, n))
+
+    def host_bytes(self, arr: Any) -> Any:
+        import numpy as np
+
+        flat = self.adapter.contiguous(arr).reshape(-1).view(self.mod.uint8)  # NumPy cannot take MLX's bfloat16
+        return np.array(flat, dtype=np.uint8, copy=True).reshape(-1)
+
+    def to_host(self, arr: Any) -> Any:
+        from ._numpy import numpy_dtype
+
+        return self.host_bytes(arr).view(numpy_dtype(self.dtype_str(arr))).reshape(tuple(arr.shape))
 
 
 class MlxAdapter(Adapter):
@@ -30,6 +70,7 @@ class MlxAdapter(Adapter):
     array_type = ("mlx.core", "array")
     producer_modules = ("mlx",)
     device_codes = frozenset({1})
+    prober_class = MlxProber
     display = "MLX"
     distributions = ("mlx",)
     extra = "mlx"
@@ -85,7 +126,7 @@ class MlxAdapter(Adapter):
         return self.copy(arr)  # only the CPU
 
     def from_host(self, host: Any, device: tuple[int, int]) -> Any:
-        return self.make_array(host, "cpu")
+        return self.prober.make_array(host, "cpu")
 
     def bf16_bits_to_f32(self, u16: Any) -> Any:
         mx = self.mod
@@ -98,35 +139,3 @@ class MlxAdapter(Adapter):
         out = mx.take(mx.array(table, dtype=mx.float32), u8.astype(mx.int32))
         mx.eval(out)
         return out
-
-    # --- report, tests and benchmarks ---------------------------------------------------------
-    def make_array(self, ref: Any, device: str) -> Any:
-        """From the bits: ``mx.array`` would narrow float64 NumPy data to float32."""
-        import numpy as np
-
-        from ._numpy import numpy_dtype
-
-        if device != "cpu":
-            raise ValueError(f"dlbridge uses MLX on the CPU only, not {device}")
-        name = ref.dtype.name
-        if not hasattr(self.mod, _MLX_NAMES.get(name, name)):
-            raise TypeError(f"MLX {self.version} has no {name}")
-        dense = np.ascontiguousarray(ref).reshape(ref.shape)  # ascontiguousarray makes 0-d arrays 1-d
-        bits = dense.view(numpy_dtype(f"uint{ref.dtype.itemsize * 8}"))
-        out = self.mod.array(bits).view(self.dtype_for(name))
-        self.mod.eval(out)
-        return out
-
-    def transpose(self, arr: Any) -> Any:
-        return arr.T  # strided over the same buffer (its capsule says strides (1, n))
-
-    def host_bytes(self, arr: Any) -> Any:
-        import numpy as np
-
-        flat = self.contiguous(arr).reshape(-1).view(self.mod.uint8)  # NumPy cannot take MLX's bfloat16
-        return np.array(flat, dtype=np.uint8, copy=True).reshape(-1)
-
-    def to_host(self, arr: Any) -> Any:
-        from ._numpy import numpy_dtype
-
-        return self.host_bytes(arr).view(numpy_dtype(self.dtype_str(arr))).reshape(tuple(arr.shape))

@@ -11,7 +11,7 @@ from .._capsule import read
 from .._capsule_edit import relabel
 from .._dtypes import BY_NAME
 from .._errors import MissingFrameworkError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, AsIs, FastExport, export_capsule
+from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
 
 _ALIGN = 64
 
@@ -68,6 +68,36 @@ def aligned_copy(a: Any) -> Any:
     return out
 
 
+class NumpyProber(Prober):
+    """The report's, tests' and benchmarks' NumPy helpers (ml_dtypes arrays for bf16/fp8)."""
+
+    adapter: NumpyAdapter
+
+    def dtype_for(self, name: str) -> Any:
+        """The NumPy dtype for a dlbridge dtype name (ml_dtypes for bf16/fp8, imported only then)."""
+        return numpy_dtype(name)
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        if device != "cpu":
+            raise ValueError(f"NumPy arrays live on the CPU only, not {device}")
+        return aligned_copy(ref)  # bf16/fp8: an ml_dtypes array
+
+    def transpose(self, arr: Any) -> Any:
+        return arr.T
+
+    def make_readonly(self, arr: Any) -> Any:
+        view = arr.view()
+        view.flags.writeable = False
+        return view
+
+    def host_bytes(self, arr: Any) -> Any:
+        np = self.mod
+        return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).copy()
+
+    def to_host(self, arr: Any) -> Any:
+        return self.mod.array(arr, copy=True)
+
+
 class NumpyAdapter(Adapter):
     name = "numpy"
     module = "numpy"
@@ -76,6 +106,8 @@ class NumpyAdapter(Adapter):
     producer_modules = ("numpy",)
     device_codes = frozenset({1})
     display = "NumPy"
+    prober_class = NumpyProber
+    to_doc = "bf16/fp8 arrive as ml_dtypes arrays sharing the memory."
     distributions = ("numpy",)
     companions = ("ml_dtypes",)  # bf16/fp8 NumPy dtypes
     extra = "numpy"
@@ -294,33 +326,8 @@ class NumpyAdapter(Adapter):
         np = self.mod
         return np.asarray(table, dtype=np.float32)[u8]
 
-    # --- report, test and benchmark helpers ----------------------------------------------------
-    def dtype_for(self, name: str) -> Any:
-        """The NumPy dtype for a dlbridge dtype name (ml_dtypes for bf16/fp8, imported only then)."""
-        return numpy_dtype(name)
-
-    def make_array(self, ref: Any, device: str) -> Any:
-        if device != "cpu":
-            raise ValueError(f"NumPy arrays live on the CPU only, not {device}")
-        return aligned_copy(ref)  # bf16/fp8: an ml_dtypes array
-
-    def transpose(self, arr: Any) -> Any:
-        return arr.T
-
-    def make_readonly(self, arr: Any) -> Any:
-        view = arr.view()
-        view.flags.writeable = False
-        return view
-
     def is_readonly(self, arr: Any) -> bool:
         return not arr.flags.writeable
-
-    def host_bytes(self, arr: Any) -> Any:
-        np = self.mod
-        return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).copy()
-
-    def to_host(self, arr: Any) -> Any:
-        return self.mod.array(arr, copy=True)
 
 
 class _MaskedArrays(NumpyAdapter):

@@ -10,13 +10,55 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import ProducerError
-from ._base import Adapter, AsIs, FastExport, export_capsule
+from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
 
 _GRAD = "paddle tensor requires grad"
 
 
 def _dense(own: Any) -> Any:
     return own if own.is_contiguous() else own.contiguous()  # in place: only on a tensor of ours
+
+
+class PaddleProber(Prober):
+    """The report's, tests' and benchmarks' Paddle helpers."""
+
+    adapter: PaddleAdapter
+
+    def gpu_name(self) -> str | None:
+        try:
+            return str(self.mod.device.cuda.get_device_name(0)) if self.adapter.has_cuda() else None
+        except Exception:
+            return None
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        import numpy as np
+
+        paddle = self.mod
+        place = paddle.CUDAPlace(0) if device == "cuda" else paddle.CPUPlace()
+        name = ref.dtype.name
+        if ref.dtype.type.__module__ != "ml_dtypes":
+            return paddle.to_tensor(ref, place=place)
+        # Paddle reads NumPy uint16 as its bfloat16; fp8 comes through uint8 and a zero-copy view.
+        bits = paddle.to_tensor(np.ascontiguousarray(ref).view(f"u{ref.dtype.itemsize}"), place=place)
+        return bits if name == "bfloat16" else bits.view(getattr(paddle, name))
+
+    def dtype_str(self, arr: Any) -> str:
+        return str(arr.dtype).removeprefix("paddle.")
+
+    def transpose(self, arr: Any) -> Any:
+        return arr.transpose([1, 0])  # a strided view (paddle 3 stride kernels); the report checks it shares
+
+    def host_bytes(self, arr: Any) -> Any:
+        import numpy as np
+
+        # .numpy() gives bf16 as uint16 and fp8 as int8: go through the raw bytes instead.
+        raw = self.adapter.contiguous(arr).reshape([-1]).view(self.mod.uint8) if arr.size else arr.astype("uint8")
+        return np.array(raw.cpu().numpy(), dtype=np.uint8, copy=True).reshape(-1)
+
+    def to_host(self, arr: Any) -> Any:
+        from ._numpy import numpy_dtype
+
+        return self.host_bytes(arr).view(numpy_dtype(self.dtype_str(arr))).reshape(tuple(arr.shape))
 
 
 class PaddleAdapter(Adapter):
@@ -27,6 +69,8 @@ class PaddleAdapter(Adapter):
     producer_modules = ("paddle",)
     device_codes = frozenset({1, 2})
     display = "PaddlePaddle"
+    prober_class = PaddleProber
+    to_doc = "Raises MissingFrameworkError instead of importing paddle after tensorflow (that crashes the process)."
     distributions = ("paddlepaddle", "paddlepaddle-gpu")
     extra = "paddle"
     producer_devices = ("cpu", "cuda")
@@ -52,7 +96,7 @@ class PaddleAdapter(Adapter):
             return export_capsule(obj.detach(), stream=stream, max_version=max_version)
         if target is self and dtype is None:  # paddle -> paddle: nothing to change, the graph is kept
             raise AsIs(obj.clone() if copy else obj)
-        what = f"{target.name} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
+        what = f"{target.display} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
         raise ProducerError(
             f"to_{target.name}(): a paddle {str(obj.dtype).removeprefix('paddle.')}{list(obj.shape)} tensor has "
             f"stop_gradient=False, and {what}; dlbridge does not drop it silently. Pass x.detach() to convert "
@@ -75,12 +119,6 @@ class PaddleAdapter(Adapter):
             return bool(self.mod.device.is_compiled_with_cuda() and self.mod.device.cuda.device_count() > 0)
         except Exception:
             return False
-
-    def gpu_name(self) -> str | None:
-        try:
-            return str(self.mod.device.cuda.get_device_name(0)) if self.has_cuda() else None
-        except Exception:
-            return None
 
     def current_stream(self, device: tuple[int, int]) -> int | None:
         if device[0] != 2:
@@ -121,34 +159,3 @@ class PaddleAdapter(Adapter):
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
         paddle = self.mod
         return paddle.to_tensor(table, dtype="float32", place=u8.place)[u8.astype("int64")]
-
-    # --- report, tests and benchmarks ---------------------------------------------------------
-    def make_array(self, ref: Any, device: str) -> Any:
-        import numpy as np
-
-        paddle = self.mod
-        place = paddle.CUDAPlace(0) if device == "cuda" else paddle.CPUPlace()
-        name = ref.dtype.name
-        if ref.dtype.type.__module__ != "ml_dtypes":
-            return paddle.to_tensor(ref, place=place)
-        # Paddle reads NumPy uint16 as its bfloat16; fp8 comes through uint8 and a zero-copy view.
-        bits = paddle.to_tensor(np.ascontiguousarray(ref).view(f"u{ref.dtype.itemsize}"), place=place)
-        return bits if name == "bfloat16" else bits.view(getattr(paddle, name))
-
-    def dtype_str(self, arr: Any) -> str:
-        return str(arr.dtype).removeprefix("paddle.")
-
-    def transpose(self, arr: Any) -> Any:
-        return arr.transpose([1, 0])  # a strided view (paddle 3 stride kernels); the report checks it shares
-
-    def host_bytes(self, arr: Any) -> Any:
-        import numpy as np
-
-        # .numpy() gives bf16 as uint16 and fp8 as int8: go through the raw bytes instead.
-        raw = self.contiguous(arr).reshape([-1]).view(self.mod.uint8) if arr.size else arr.astype("uint8")
-        return np.array(raw.cpu().numpy(), dtype=np.uint8, copy=True).reshape(-1)
-
-    def to_host(self, arr: Any) -> Any:
-        from ._numpy import numpy_dtype
-
-        return self.host_bytes(arr).view(numpy_dtype(self.dtype_str(arr))).reshape(tuple(arr.shape))

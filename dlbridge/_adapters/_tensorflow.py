@@ -15,7 +15,7 @@ from .._capabilities import Capabilities
 from .._capsule import DLPackInfo, read
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError
-from ._base import Adapter, FastExport
+from ._base import Adapter, FastExport, Prober
 
 # TF imports a CPU buffer at any address without copying, but its kernels CHECK that data is
 # aligned to EIGEN_MAX_ALIGN_BYTES and abort the process otherwise ("Check failed: IsAligned()",
@@ -53,6 +53,44 @@ def _aligned_copy(info: DLPackInfo) -> Any:
     return NumpyAdapter().export(dense, stream=None, max_version=None)  # relabels bf16 (ml_dtypes)
 
 
+class TensorflowProber(Prober):
+    """The report's, tests' and benchmarks' TensorFlow helpers."""
+
+    adapter: TensorflowAdapter
+
+    def dtype_for(self, name: str) -> Any:
+        tf = self.mod  # float8 kinds live in tf.dtypes.experimental
+        found = getattr(tf, name, None) or getattr(tf.dtypes.experimental, name, None)
+        if not isinstance(found, tf.dtypes.DType):
+            raise TypeError(f"tensorflow {self.adapter.version} has no {name}")
+        return found
+
+    def gpu_name(self) -> str | None:
+        try:
+            gpus = self.mod.config.list_physical_devices("GPU")
+            return str(self.mod.config.experimental.get_device_details(gpus[0])["device_name"]) if gpus else None
+        except Exception:
+            return None
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        # tf.constant takes ml_dtypes arrays (bf16, fp8) as they are: TF's NumPy types are ml_dtypes'.
+        with self.mod.device("/GPU:0" if device == "cuda" else "/CPU:0"):
+            return self.mod.constant(ref)
+
+    def dtype_str(self, arr: Any) -> str:
+        return str(arr.dtype.name)
+
+    def to_host(self, arr: Any) -> Any:
+        import numpy as np
+
+        return np.array(arr.numpy(), copy=True)
+
+    def host_bytes(self, arr: Any) -> Any:
+        import numpy as np
+
+        return np.ascontiguousarray(self.to_host(arr)).reshape(-1).view(np.uint8)
+
+
 class TensorflowAdapter(Adapter):
     name = "tensorflow"
     module = "tensorflow"
@@ -63,6 +101,8 @@ class TensorflowAdapter(Adapter):
     no_sync_stream = None  # EagerTensor.__dlpack__ raises on any stream but None
     honours_stream = False  # from_dlpack takes no stream: TF reads on its own
     display = "TensorFlow"
+    prober_class = TensorflowProber
+    to_doc = "TensorFlow takes only dense row-major layouts, so others are copied densely first."
     distributions = ("tensorflow", "tensorflow-cpu")
     extra = "tensorflow"
     producer_devices = ("cpu", "cuda")
@@ -93,20 +133,6 @@ class TensorflowAdapter(Adapter):
             return bool(self.mod.config.list_physical_devices("GPU"))
         except Exception:
             return False
-
-    def dtype_for(self, name: str) -> Any:
-        tf = self.mod  # float8 kinds live in tf.dtypes.experimental
-        found = getattr(tf, name, None) or getattr(tf.dtypes.experimental, name, None)
-        if not isinstance(found, tf.dtypes.DType):
-            raise TypeError(f"tensorflow {self.version} has no {name}")
-        return found
-
-    def gpu_name(self) -> str | None:
-        try:
-            gpus = self.mod.config.list_physical_devices("GPU")
-            return str(self.mod.config.experimental.get_device_details(gpus[0])["device_name"]) if gpus else None
-        except Exception:
-            return None
 
     def _tf_device(self, device: tuple[int, int]) -> str:
         return f"/GPU:{device[1]}" if device[0] == 2 else "/CPU:0"
@@ -268,24 +294,5 @@ class TensorflowAdapter(Adapter):
         tf = self.mod
         return tf.gather(tf.constant(table, dtype=tf.float32), tf.cast(u8, tf.int32))
 
-    # --- report, tests and benchmarks ---------------------------------------------------------
-    def make_array(self, ref: Any, device: str) -> Any:
-        # tf.constant takes ml_dtypes arrays (bf16, fp8) as they are: TF's NumPy types are ml_dtypes'.
-        with self.mod.device("/GPU:0" if device == "cuda" else "/CPU:0"):
-            return self.mod.constant(ref)
-
-    def dtype_str(self, arr: Any) -> str:
-        return str(arr.dtype.name)
-
-    def to_host(self, arr: Any) -> Any:
-        import numpy as np
-
-        return np.array(arr.numpy(), copy=True)
-
     def is_readonly(self, arr: Any) -> bool:
         return True  # tf.Tensor is immutable (its legacy capsules still say writable)
-
-    def host_bytes(self, arr: Any) -> Any:
-        import numpy as np
-
-        return np.ascontiguousarray(self.to_host(arr)).reshape(-1).view(np.uint8)

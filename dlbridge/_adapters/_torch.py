@@ -10,13 +10,85 @@ from .._capabilities import Capabilities
 from .._capsule import GPU_CODES, device_name
 from .._errors import DLBridgeError, ProducerError
 from .._exchange import is_exchange_api
-from ._base import Adapter, AsIs, FastExport, export_capsule
+from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
 from ._numpy import aligned_copy, raw_bits
 
 # torch's Tensor.__dlpack__ refuses a tensor that requires grad or has its conjugate bit set, but
 # exports one with the negative bit set as its bare memory, without the sign (probe 2026-11-23,
 # torch 2.13: torch.tensor([1+2j]).conj().imag reaches np.from_dlpack as [2.], not [-2.]).
 _NEG_BIT = "Can't export tensors with the negative bit set"
+
+
+class TorchProber(Prober):
+    """The report's, tests' and benchmarks' torch helpers (arrays made from bits and their bytes read
+    without NumPy, so that the report probes torch on a machine without NumPy)."""
+
+    adapter: TorchAdapter
+
+    def make_array(self, ref: Any, device: str) -> Any:
+        torch = self.mod
+        target = getattr(torch, ref.dtype.name, None)
+        if not isinstance(target, torch.dtype):
+            raise TypeError(f"torch {self.adapter.version} has no {ref.dtype.name}")
+        t = torch.from_numpy(aligned_copy(raw_bits(ref)))  # bf16/fp8: the bits, then a zero-copy view
+        t = t.view(target) if t.dtype != target else t
+        return t.to("cuda") if device == "cuda" else t
+
+    def make_from_bits(self, data: bytes, dtype: str, shape: tuple[int, ...], device: str) -> Any:
+        # Without NumPy: torch reads the bytes itself, into a 64-byte aligned buffer (see aligned_copy).
+        torch = self.mod
+        target = getattr(torch, dtype, None)
+        if not isinstance(target, torch.dtype):
+            raise TypeError(f"torch {self.adapter.version} has no {dtype}")
+        buf = torch.empty(len(data) + 64, dtype=torch.uint8)
+        start = -buf.data_ptr() % 64
+        raw = buf[start : start + len(data)]
+        raw.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        t = raw.view(target).reshape(shape)
+        return t.to("cuda") if device == "cuda" else t
+
+    def raw_bytes(self, arr: Any) -> bytes:
+        torch = self.mod  # without NumPy: .tolist() of the bytes (report-sized arrays only)
+        t = self._host_tensor(arr).reshape(-1)
+        if t.is_complex():
+            t = torch.view_as_real(t).reshape(-1)
+        if t.dtype == torch.bool:
+            t = t.to(torch.uint8)
+        return bytes(t.view(torch.uint8).tolist())
+
+    def dtype_str(self, arr: Any) -> str:
+        return str(arr.dtype).removeprefix("torch.")
+
+    def _host_tensor(self, arr: Any) -> Any:
+        return arr.detach().cpu().contiguous()  # .numpy() refuses CUDA tensors and autograd
+
+    def transpose(self, arr: Any) -> Any:
+        return arr.transpose(0, 1)
+
+    def host_bytes(self, arr: Any) -> Any:
+        torch = self.mod
+        t = self._host_tensor(arr).reshape(-1)
+        if t.is_complex():
+            t = torch.view_as_real(t).reshape(-1)
+        if t.dtype == torch.bool:
+            t = t.to(torch.uint8)
+        return t.view(torch.uint8).numpy().copy()
+
+    def to_host(self, arr: Any) -> Any:
+        from ._numpy import numpy_dtype
+
+        t = self._host_tensor(arr)
+        name = self.dtype_str(t)
+        if name == "bool" or name in ("float32", "float64", "float16", "complex64", "complex128") or "int" in name:
+            return t.numpy().copy()
+        width = t.element_size() * 8  # bf16/fp8: the bits, viewed as the ml_dtypes dtype
+        raw = t.view(getattr(self.mod, f"uint{width}" if width > 8 else "uint8"))
+        return raw.numpy().view(numpy_dtype(name)).copy()
+
+    def gpu_name(self) -> str | None:
+        if not self.adapter.has_cuda():
+            return None
+        return str(self.mod.cuda.get_device_name(0))
 
 
 class TorchAdapter(Adapter):
@@ -27,6 +99,7 @@ class TorchAdapter(Adapter):
     producer_modules = ("torch",)
     device_codes = frozenset({1, 2, 10})
     display = "PyTorch"
+    prober_class = TorchProber
     distributions = ("torch",)
     extra = "torch"
     producer_devices = ("cpu", "cuda")
@@ -84,7 +157,7 @@ class TorchAdapter(Adapter):
         if obj.requires_grad:
             if target is self and dtype is None:  # torch -> torch: nothing to change, the graph is kept
                 raise AsIs(obj.clone() if copy else obj)
-            what = f"{target.name} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
+            what = f"{target.display} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
             raise ProducerError(
                 f"{call}: {_describe(obj)} requires grad, and {what}; dlbridge does not drop it silently. "
                 "Pass x.detach() to convert its values without the graph (no gradient flows back through them)."
@@ -183,7 +256,6 @@ class TorchAdapter(Adapter):
         torch = self.mod
         return torch.tensor(table, dtype=torch.float32, device=u8.device)[u8.to(torch.int64)]
 
-    # --- report, test and benchmark helpers ----------------------------------------------------
     def parse_device(self, device: Any) -> str | tuple[int, int] | None:
         if type(device).__module__ != "torch" or not isinstance(getattr(device, "type", None), str):
             return None
@@ -194,71 +266,6 @@ class TorchAdapter(Adapter):
         if device.type == "cuda" and self.has_cuda():
             return f"cuda:{self.mod.cuda.current_device()}"
         return device.type if device.type == "cuda" else f"{device.type}:0"
-
-    def make_array(self, ref: Any, device: str) -> Any:
-        torch = self.mod
-        target = getattr(torch, ref.dtype.name, None)
-        if not isinstance(target, torch.dtype):
-            raise TypeError(f"torch {self.version} has no {ref.dtype.name}")
-        t = torch.from_numpy(aligned_copy(raw_bits(ref)))  # bf16/fp8: the bits, then a zero-copy view
-        t = t.view(target) if t.dtype != target else t
-        return t.to("cuda") if device == "cuda" else t
-
-    def make_from_bits(self, data: bytes, dtype: str, shape: tuple[int, ...], device: str) -> Any:
-        # Without NumPy: torch reads the bytes itself, into a 64-byte aligned buffer (see aligned_copy).
-        torch = self.mod
-        target = getattr(torch, dtype, None)
-        if not isinstance(target, torch.dtype):
-            raise TypeError(f"torch {self.version} has no {dtype}")
-        buf = torch.empty(len(data) + 64, dtype=torch.uint8)
-        start = -buf.data_ptr() % 64
-        raw = buf[start : start + len(data)]
-        raw.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-        t = raw.view(target).reshape(shape)
-        return t.to("cuda") if device == "cuda" else t
-
-    def raw_bytes(self, arr: Any) -> bytes:
-        torch = self.mod  # without NumPy: .tolist() of the bytes (report-sized arrays only)
-        t = self._host_tensor(arr).reshape(-1)
-        if t.is_complex():
-            t = torch.view_as_real(t).reshape(-1)
-        if t.dtype == torch.bool:
-            t = t.to(torch.uint8)
-        return bytes(t.view(torch.uint8).tolist())
-
-    def dtype_str(self, arr: Any) -> str:
-        return str(arr.dtype).removeprefix("torch.")
-
-    def _host_tensor(self, arr: Any) -> Any:
-        return arr.detach().cpu().contiguous()  # .numpy() refuses CUDA tensors and autograd
-
-    def transpose(self, arr: Any) -> Any:
-        return arr.transpose(0, 1)
-
-    def host_bytes(self, arr: Any) -> Any:
-        torch = self.mod
-        t = self._host_tensor(arr).reshape(-1)
-        if t.is_complex():
-            t = torch.view_as_real(t).reshape(-1)
-        if t.dtype == torch.bool:
-            t = t.to(torch.uint8)
-        return t.view(torch.uint8).numpy().copy()
-
-    def to_host(self, arr: Any) -> Any:
-        from ._numpy import numpy_dtype
-
-        t = self._host_tensor(arr)
-        name = self.dtype_str(t)
-        if name == "bool" or name in ("float32", "float64", "float16", "complex64", "complex128") or "int" in name:
-            return t.numpy().copy()
-        width = t.element_size() * 8  # bf16/fp8: the bits, viewed as the ml_dtypes dtype
-        raw = t.view(getattr(self.mod, f"uint{width}" if width > 8 else "uint8"))
-        return raw.numpy().view(numpy_dtype(name)).copy()
-
-    def gpu_name(self) -> str | None:
-        if not self.has_cuda():
-            return None
-        return str(self.mod.cuda.get_device_name(0))
 
 
 class _FakeTensors(TorchAdapter):

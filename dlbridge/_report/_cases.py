@@ -158,10 +158,10 @@ def make_source(framework: str, device: str, ref: Ref, layout: str = "dense") ->
     """The source array for one cell; raises (any exception) when the framework cannot make it.
     ``layout`` "transposed" or "readonly": a view of the dense source made by the adapter."""
     adapter = ADAPTERS[framework]
-    src = adapter.make_from_bits(ref.data, ref.dtype, ref.shape, device)
+    src = adapter.prober.make_from_bits(ref.data, ref.dtype, ref.shape, device)
     if layout == "dense":
         return src
-    view = adapter.transpose(src) if layout == "transposed" else adapter.make_readonly(src)
+    view = adapter.prober.transpose(src) if layout == "transposed" else adapter.prober.make_readonly(src)
     if view is None:
         raise TypeError(f"{adapter.display} has no {layout} arrays")
     return view
@@ -181,7 +181,7 @@ def gpu_info(frameworks: list[str]) -> str | None:
     """The GPU's name as the first framework that can tell reports it (worker only)."""
     for name in frameworks:
         try:
-            found = ADAPTERS[name].gpu_name()
+            found = ADAPTERS[name].prober.gpu_name()
         except Exception:
             continue
         if found:

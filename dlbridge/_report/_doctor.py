@@ -83,7 +83,7 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
         if after:
             out.append(f"{who} crashes the process when imported after {' or '.join(after)}: import it first "
                        "(dlbridge refuses to import it late, and its report imports it first).")  # fmt: skip
-        out += ADAPTERS[name].doctor_notes(version)
+        out += ADAPTERS[name].prober.doctor_notes(version)
     return out
 
 

@@ -63,9 +63,9 @@ def _error(err: BaseException) -> str:
 def _check(consumer: str, out: Any, ref: Ref, want_dtype: str, want_bytes: bytes) -> str | None:
     """Why ``out`` is wrong (dtype, shape or bits), or None when it is right."""
     adapter = ADAPTERS[consumer]
-    got = adapter.dtype_str(out)
+    got = adapter.prober.dtype_str(out)
     if got in SUBBYTE_DTYPES and want_dtype in SUBBYTE_DTYPES:  # fp4 in either form: the values compared
-        found = fp4_codes(got, tuple(out.shape), adapter.raw_bytes(out))
+        found = fp4_codes(got, tuple(out.shape), adapter.prober.raw_bytes(out))
         if found[0] != fp4_codes(want_dtype, ref.shape, want_bytes)[0]:
             return f"fp4 shape {found[0]} ({got}{tuple(out.shape)}), expected {fp4_codes(want_dtype, ref.shape, want_bytes)[0]}"
         return None if found == fp4_codes(want_dtype, ref.shape, want_bytes) else "fp4 values differ from the source"
@@ -73,7 +73,7 @@ def _check(consumer: str, out: Any, ref: Ref, want_dtype: str, want_bytes: bytes
         return f"dtype {got}, expected {want_dtype}"
     if tuple(out.shape) != tuple(ref.shape):
         return f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
-    data = adapter.raw_bytes(out)
+    data = adapter.prober.raw_bytes(out)
     if data != want_bytes:
         return "values differ from the source (bit patterns compared)"
     return None
@@ -186,7 +186,7 @@ def _makes(framework: str, device: str, dtypes: list[str]) -> dict[str, str | No
             found[dtype] = f"no reference values: {_error(err)}"
             continue
         try:
-            got = adapter.dtype_str(make_source(framework, device, ref))
+            got = adapter.prober.dtype_str(make_source(framework, device, ref))
             found[dtype] = None if got == dtype else f"makes {got} when asked for {dtype}"
         except ModuleNotFoundError as err:  # NumPy's bf16/fp8 come from ml_dtypes
             found[dtype] = f"needs {err.name}, which is not installed (pip install {err.name})"

@@ -1,0 +1,95 @@
+"""The prober interface: how the report, the tests and the benchmarks make and read one framework's
+arrays. No conversion calls it; each adapter names its prober class (``Adapter.prober_class``) and
+hands out one instance as ``adapter.prober``.
+
+A framework's prober lives in its adapter file, next to the adapter. It must say how to make an
+array from a NumPy reference (``make_array``) and how to read one back (``host_bytes``,
+``to_host``); the rest have defaults that fit most frameworks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._base import Adapter
+
+__all__ = ["Prober"]
+
+
+class Prober(ABC):
+    """The report's, tests' and benchmarks' helpers for one framework (off the conversion path;
+    they import the framework, and NumPy where they say so)."""
+
+    adapter: Adapter
+
+    def __init__(self, adapter: Adapter) -> None:
+        self.adapter = adapter
+
+    @property
+    def mod(self) -> Any:
+        """The framework's module (imported on first use, as ``Adapter.mod``)."""
+        return self.adapter.mod
+
+    # --- making arrays ----------------------------------------------------------------------
+    @abstractmethod
+    def make_array(self, ref: Any, device: str) -> Any:
+        """A new array of this framework with ``ref``'s dtype, shape and exact bits, on "cpu" or "cuda".
+
+        ``ref`` is a NumPy array (ml_dtypes for bf16/fp8). Raises when the framework cannot make it.
+        """
+
+    def make_from_bits(self, data: bytes, dtype: str, shape: tuple[int, ...], device: str) -> Any:
+        """Like ``make_array``, from raw C-order element bytes (what the report's worker uses, so that
+        a framework that can build arrays without NumPy is probed on a machine without NumPy)."""
+        from . import HOST
+
+        ref = HOST.mod.frombuffer(data, dtype="u1").view(HOST.prober.dtype_for(dtype)).reshape(shape)
+        return self.make_array(ref, device)
+
+    def transpose(self, arr: Any) -> Any | None:
+        """A transposed view of the 2-D ``arr`` sharing its memory (strides swapped); None where
+        this framework's arrays are always dense (the report then makes no transposed source)."""
+        return None
+
+    def make_readonly(self, arr: Any) -> Any | None:
+        """A read-only view of ``arr`` whose capsules carry DLPack's READ_ONLY flag; None where the
+        framework has no such arrays (the report then makes no read-only source)."""
+        return None
+
+    def dtype_for(self, name: str) -> Any:
+        """This framework's dtype object for a dlbridge dtype name."""
+        return getattr(self.mod, name)
+
+    # --- reading arrays back ----------------------------------------------------------------
+    def dtype_str(self, arr: Any) -> str:
+        """dlbridge's name for ``arr``'s dtype ("bfloat16", "float8_e4m3fn", "bool", ...)."""
+        dtype = arr.dtype
+        name = getattr(dtype, "name", None)
+        return name if isinstance(name, str) else str(dtype).rpartition(".")[2]
+
+    @abstractmethod
+    def host_bytes(self, arr: Any) -> Any:
+        """``arr``'s elements' raw bytes, C order, as a flat NumPy uint8 array (copied to the host)."""
+
+    @abstractmethod
+    def to_host(self, arr: Any) -> Any:
+        """A NumPy copy of ``arr`` with its logical dtype (ml_dtypes for bf16/fp8)."""
+
+    def raw_bytes(self, arr: Any) -> bytes:
+        """``arr``'s elements' raw bytes, C order (``host_bytes`` as a bytes object)."""
+        return bytes(self.host_bytes(arr).tobytes())
+
+    # --- the machine --------------------------------------------------------------------------
+    def doctor_notes(self, version: str) -> list[str]:
+        """Hazards of this framework that depend on its settings, not on the capability table
+        (for ``dlbridge doctor``: must not import the framework)."""
+        return []
+
+    def gpu_name(self) -> str | None:
+        """The name of GPU 0 as this framework reports it, or None."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<dlbridge prober {self.adapter.name}>"
