@@ -30,6 +30,8 @@ from ._guard_values import CONTAINERS as _CONTAINERS
 from ._guard_values import device_or_unknown, holds_array, layout, map_items, opaque, unchanged
 from ._handoff import Handoff
 from ._options import NOT_GIVEN, Fallback, resolve_fallback
+from ._route import SPECS
+from ._route import convert as route
 
 __all__ = ["_Spec", "_Call"]
 
@@ -267,11 +269,13 @@ class _Call:
         if fb is None:
             fb = self.fb = resolve_fallback(spec.fallback)
         try:
-            new, record = run_stages(x, spec.target, fb, None, spec.device, spec.copy, spec.stream)
+            if fb == "view":  # the record says whether a view was handed over (noted for the results)
+                new, record = run_stages(x, spec.target, fb, None, spec.device, spec.copy, spec.stream)
+                self.note_view(record, where)
+            else:  # the fast route, as to_<target>() takes it
+                new = route(SPECS[spec.target.name], x, fb, None, spec.device, spec.copy, spec.stream)
         except DLBridgeError as err:
             raise in_context(err, spec, where, x) from err.__cause__
-        if fb == "view":
-            self.note_view(record, where)
         self.given[id(new)] = (new, x, None if new is x else layout(new))
         return new
 
