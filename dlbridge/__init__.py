@@ -31,6 +31,8 @@ __all__ = [
     "ProducerError",
     "OptionError",
     "MissingFrameworkError",
+    "to_onnxruntime",
+    "to_warp",
 ]
 
 __version__ = "0.1.0"
@@ -46,6 +48,8 @@ from ._api import to_numpy as to_numpy
 from ._api import to_paddle as to_paddle
 from ._api import to_tensorflow as to_tensorflow
 from ._api import to_torch as to_torch
+from ._api import to_onnxruntime as to_onnxruntime
+from ._api import to_warp as to_warp
 from ._capsule import DLPackInfo as DLPackInfo
 from ._convert import inspect as inspect
 from ._errors import CapsuleError as CapsuleError

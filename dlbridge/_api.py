@@ -17,16 +17,20 @@ if TYPE_CHECKING:
     import cupy
     import jax
     import numpy
+    import onnxruntime
     import paddle
     import tensorflow
     import torch
+    import warp
 
     from ._types import DeviceLike, DTypeLike, FallbackOption, SupportsDLPack
 
 _TORCH, _CUPY, _JAX, _NUMPY = SPECS["torch"], SPECS["cupy"], SPECS["jax"], SPECS["numpy"]
 _TENSORFLOW, _PADDLE = SPECS["tensorflow"], SPECS["paddle"]
+_ONNXRUNTIME, _WARP = SPECS["onnxruntime"], SPECS["warp"]
 
-__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "to_tensorflow", "to_paddle", "convert", "capabilities"]
+__all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "to_tensorflow", "to_paddle", "convert", "capabilities",
+           "to_onnxruntime", "to_warp"]  # fmt: skip
 
 # ``x`` is typed ``SupportsDLPack | Any``: any DLPack array, but also a raw capsule or a producer older
 # than DLPack 1.0 (``__dlpack__(stream=)`` only); anything else raises NotAnArrayError at run time.
@@ -82,6 +86,23 @@ def to_paddle(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVE
     return result
 
 
+def to_onnxruntime(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+                   dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+                   stream: int | None = None) -> onnxruntime.OrtValue:  # fmt: skip
+    """``x`` as an ``onnxruntime.OrtValue`` (zero-copy where ONNX Runtime can share the buffer; it
+    takes only dense row-major layouts, so others are copied densely first)."""
+    result: onnxruntime.OrtValue = _route(_ONNXRUNTIME, x, fallback, dtype, device, copy, stream)
+    return result
+
+
+def to_warp(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
+            dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
+            stream: int | None = None) -> warp.array:  # fmt: skip
+    """``x`` as a ``warp.array`` of 1 to 4 dimensions, sharing the memory where Warp can hold the dtype."""
+    result: warp.array = _route(_WARP, x, fallback, dtype, device, copy, stream)
+    return result
+
+
 # ``convert(x, "numpy")`` is typed like ``to_numpy(x)``: one overload per framework name and alias.
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["torch", "pytorch"], /, *, fallback: FallbackOption = ...,
@@ -107,6 +128,14 @@ def convert(x: SupportsDLPack | Any, to: Literal["tensorflow", "tf"], /, *, fall
 def convert(x: SupportsDLPack | Any, to: Literal["paddle"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
             stream: int | None = ...) -> paddle.Tensor: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["onnxruntime", "ort"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> onnxruntime.OrtValue: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["warp", "wp"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> warp.array: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
@@ -151,6 +180,7 @@ def register_numpy_dtypes() -> tuple[str, ...]:
 # frame; its name, docstring and signature stay those of the function above (``__wrapped__``).
 if accel is not None:
     for _name, _spec in (("to_torch", _TORCH), ("to_cupy", _CUPY), ("to_jax", _JAX), ("to_numpy", _NUMPY),
-                         ("to_tensorflow", _TENSORFLOW), ("to_paddle", _PADDLE)):  # fmt: skip
+                         ("to_tensorflow", _TENSORFLOW), ("to_paddle", _PADDLE),
+                         ("to_onnxruntime", _ONNXRUNTIME), ("to_warp", _WARP)):  # fmt: skip
         globals()[_name] = accel.Route(_spec, globals()[_name])
     del _name, _spec

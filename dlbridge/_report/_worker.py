@@ -65,8 +65,9 @@ def _check(consumer: str, out: Any, ref: Ref, want_dtype: str, want_bytes: bytes
     got = adapter.dtype_str(out)
     if got != want_dtype:
         return f"dtype {got}, expected {want_dtype}"
-    if tuple(out.shape) != tuple(ref.shape):
-        return f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    shape = adapter.shape_of(out)
+    if shape != tuple(ref.shape):
+        return f"shape {shape}, expected {tuple(ref.shape)}"
     data = adapter.raw_bytes(out)
     if data != want_bytes:
         return "values differ from the source (bit patterns compared)"

@@ -6,9 +6,10 @@ Adding a framework adds one module here with its ``ROWS``, listed in ``MODULES``
 from __future__ import annotations
 
 from . import cupy, jax, numpy, paddle, tensorflow, torch
+from . import onnxruntime, warp
 from ._common import FEATURES, KINDS, PRODUCER_KINDS, Row, row
 
 __all__ = ["FEATURES", "KINDS", "PRODUCER_KINDS", "Row", "row", "TABLE"]
 
-MODULES = (torch, cupy, jax, numpy, tensorflow, paddle)
+MODULES = (torch, cupy, jax, numpy, tensorflow, paddle, onnxruntime, warp)
 TABLE: tuple[Row, ...] = tuple(r for module in MODULES for r in module.ROWS)
