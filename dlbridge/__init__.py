@@ -45,10 +45,10 @@ from ._api import register_numpy_dtypes as register_numpy_dtypes
 from ._api import to_cupy as to_cupy
 from ._api import to_jax as to_jax
 from ._api import to_numpy as to_numpy
+from ._api import to_onnxruntime as to_onnxruntime
 from ._api import to_paddle as to_paddle
 from ._api import to_tensorflow as to_tensorflow
 from ._api import to_torch as to_torch
-from ._api import to_onnxruntime as to_onnxruntime
 from ._api import to_warp as to_warp
 from ._capsule import DLPackInfo as DLPackInfo
 from ._convert import inspect as inspect

@@ -97,9 +97,9 @@ def to_onnxruntime(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT
 
 def to_warp(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
             dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-            stream: int | None = None) -> warp.array:  # fmt: skip
+            stream: int | None = None) -> warp.array[Any]:  # fmt: skip
     """``x`` as a ``warp.array`` of 1 to 4 dimensions, sharing the memory where Warp can hold the dtype."""
-    result: warp.array = _route(_WARP, x, fallback, dtype, device, copy, stream)
+    result: warp.array[Any] = _route(_WARP, x, fallback, dtype, device, copy, stream)
     return result
 
 
@@ -135,7 +135,7 @@ def convert(x: SupportsDLPack | Any, to: Literal["onnxruntime", "ort"], /, *, fa
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["warp", "wp"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> warp.array: ...  # fmt: skip
+            stream: int | None = ...) -> warp.array[Any]: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,

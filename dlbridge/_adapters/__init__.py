@@ -34,9 +34,9 @@ __all__ = [
 # (importing paddle after tensorflow does; see PaddleAdapter.unsafe_after).
 ADAPTERS: dict[str, Adapter] = {
     a.name: a
-    for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter(), PaddleAdapter(), TensorflowAdapter(),
-              OnnxruntimeAdapter(), WarpAdapter())  # fmt: skip
+    for a in (TorchAdapter(), CupyAdapter(), JaxAdapter(), NumpyAdapter(), PaddleAdapter(), TensorflowAdapter())
 }
+ADAPTERS.update({a.name: a for a in (OnnxruntimeAdapter(), WarpAdapter())})
 # Frameworks dlbridge reads arrays from but does not convert into (no to_<name>): adapter_for knows
 # their arrays (states, errors, read-only exports); they are no target and not in the report.
 PRODUCER_ONLY: tuple[Adapter, ...] = (PyarrowAdapter(),)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._capsule import read
 from .._errors import DLBridgeError, NotAnArrayError, ProducerError
 from ._base import Adapter, FastExport, export_capsule
 
@@ -43,7 +44,10 @@ class PyarrowAdapter(Adapter):
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         if max_version is None and not getattr(obj, "is_mutable", False):
             raise BufferError(f"{_describe(obj)} is {_READ_ONLY}")
-        return export_capsule(obj, stream=stream, max_version=max_version)
+        capsule = export_capsule(obj, stream=stream, max_version=max_version)
+        if not getattr(obj, "is_mutable", False) and not read(capsule).versioned:  # a pyarrow without DLPack 1.0
+            raise BufferError(f"{_describe(obj)} is {_READ_ONLY}")
+        return capsule
 
     def fast_export(self, cls: type) -> FastExport | None:
         return None  # the pipeline reads every capsule's READ_ONLY flag
@@ -90,7 +94,7 @@ class PyarrowAdapter(Adapter):
         if not isinstance(arr, self.mod.Tensor):
             return arr  # an Array's values are one dense buffer
         # Tensor.is_contiguous is also true for column-major tensors: the strides tell row-major.
-        step, row_major = arr.type.bit_width // 8, []
+        step, row_major = arr.type.bit_width // 8, list[int]()
         for n in reversed(arr.shape):
             row_major.insert(0, step)
             step *= n
@@ -98,8 +102,6 @@ class PyarrowAdapter(Adapter):
         return arr if dense else self.copy(arr)
 
     def data_ptr(self, arr: Any) -> int:
-        from .._capsule import read
-
         return read(arr.__dlpack__(max_version=(1, 0))).data_ptr  # freed unconsumed
 
     def to_device(self, arr: Any, device: tuple[int, int]) -> Any:

@@ -5,8 +5,7 @@ Adding a framework adds one module here with its ``ROWS``, listed in ``MODULES``
 
 from __future__ import annotations
 
-from . import cupy, jax, numpy, paddle, tensorflow, torch
-from . import onnxruntime, warp
+from . import cupy, jax, numpy, onnxruntime, paddle, tensorflow, torch, warp
 from ._common import FEATURES, KINDS, PRODUCER_KINDS, Row, row
 
 __all__ = ["FEATURES", "KINDS", "PRODUCER_KINDS", "Row", "row", "TABLE"]

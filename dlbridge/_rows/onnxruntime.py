@@ -24,7 +24,12 @@ ROWS: tuple[Row, ...] = (
     ),
     # complex64/complex128: absent. from_dlpack raises "Unsupported DLPack data type: code 5"
     # (its docstring: complex and float6 are not supported); the rejected capsule is left intact.
-    row("onnxruntime", "raw_capsules", since="1.31", source="OrtValue.from_dlpack docstring: 'or a raw DLPack PyCapsule'"),
+    row(
+        "onnxruntime",
+        "raw_capsules",
+        since="1.31",
+        source="OrtValue.from_dlpack docstring: 'or a raw DLPack PyCapsule'",
+    ),
     # versioned_capsules: absent. from_dlpack refuses 'dltensor_versioned' ("expected a valid DLPack
     # capsule named 'dltensor'") and OrtValue.__dlpack__ takes no max_version.
     row(

@@ -16,7 +16,9 @@ ROWS: tuple[Row, ...] = (
     ),
     # complex: absent ("Warp does not support complex types"); float8: absent ("Unknown DLPack
     # datatype (10, 8)"), and Warp has no float8 dtype to view bytes as (warp/_src/dlpack.py).
-    row("warp", "raw_capsules", source="warp/_src/dlpack.py from_dlpack: 'legacy behaviour, assume source is a capsule'"),
+    row(
+        "warp", "raw_capsules", source="warp/_src/dlpack.py from_dlpack: 'legacy behaviour, assume source is a capsule'"
+    ),
     # versioned_capsules: absent. _from_dlpack checks PyCapsule_IsValid(capsule, "dltensor") only,
     # and array.__dlpack__(stream=None) takes no max_version.
     row(
