@@ -83,7 +83,8 @@ def test_dtype_aliases_and_framework_dtype_objects_are_one_set_of_names() -> Non
         adapter = ADAPTERS[name]
         if adapter.loaded() or need(adapter.module):
             assert lookup(adapter.dtype_for("bfloat16")) == BY_NAME["bfloat16"], name
-            assert lookup(adapter.dtype_for("float8_e4m3fn")) == BY_NAME["float8_e4m3fn"], name
+            if "float8_e4m3fn" in adapter.capabilities().holds:  # Warp has no float8 dtype
+                assert lookup(adapter.dtype_for("float8_e4m3fn")) == BY_NAME["float8_e4m3fn"], name
 
 
 def test_api_dtype_accepts_short_names() -> None:

@@ -134,7 +134,9 @@ class OnnxruntimeAdapter(Adapter):
         return self.from_host(ref, (1, 0))
 
     def dtype_for(self, name: str) -> Any:
-        return _ONNX_TYPES[name][0]
+        from ._numpy import numpy_dtype
+
+        return numpy_dtype(name)  # ONNX Runtime has no dtype objects: its OrtValues are made from NumPy
 
     def shape_of(self, arr: Any) -> tuple[int, ...]:
         return tuple(arr.shape())

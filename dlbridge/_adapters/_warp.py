@@ -78,6 +78,11 @@ class WarpAdapter(Adapter):
             return None
         return int(self.mod.get_cuda_device(device[1]).stream.cuda_stream) or 1  # as warp.from_dlpack does
 
+    def parse_device(self, device: Any) -> str | tuple[int, int] | None:
+        if not type(device).__module__.startswith("warp.") or not isinstance(getattr(device, "alias", None), str):
+            return None
+        return "cpu:0" if device.is_cpu else f"cuda:{device.ordinal}"  # a warp.Device
+
     def _device(self, device: tuple[int, int]) -> str:
         return f"cuda:{device[1]}" if device[0] == 2 else "cpu"
 
