@@ -27,7 +27,9 @@ def ort_value(ref: np.ndarray):
     """An OrtValue over an aligned copy of ``ref`` (ml_dtypes kinds by their ONNX type number)."""
     host = aligned_copy(ref)
     if ref.dtype.type.__module__ == "ml_dtypes":
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(host.view(f"u{ref.dtype.itemsize}"), ONNX[ref.dtype.name])
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            host.view(f"u{ref.dtype.itemsize}"), ONNX[ref.dtype.name]
+        )
     return ort.OrtValue.ortvalue_from_numpy(host)
 
 

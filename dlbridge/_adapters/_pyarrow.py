@@ -12,6 +12,7 @@ pyarrow 26.0.1). dlbridge does not convert into pyarrow (no ``to_pyarrow``).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from .._capsule import read
@@ -42,8 +43,14 @@ class PyarrowAdapter(Adapter):
         return mod is not None and isinstance(obj, (mod.Array, mod.Tensor))
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
-        if max_version is None and not getattr(obj, "is_mutable", False):
-            raise BufferError(f"{_describe(obj)} is {_READ_ONLY}")
+        if max_version is None:
+            if not getattr(obj, "is_mutable", False):
+                raise BufferError(f"{_describe(obj)} is {_READ_ONLY}")
+            # A mutable Tensor to a legacy-only consumer: pyarrow warns that legacy capsules are
+            # deprecated, which is the consumer's doing, not the caller's.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return export_capsule(obj, stream=stream, max_version=None)
         capsule = export_capsule(obj, stream=stream, max_version=max_version)
         if not getattr(obj, "is_mutable", False) and not read(capsule).versioned:  # a pyarrow without DLPack 1.0
             raise BufferError(f"{_describe(obj)} is {_READ_ONLY}")
