@@ -40,7 +40,7 @@ def test_sliced_array_is_shared_at_its_offset() -> None:
 
 def test_consumers_that_cannot_hold_read_only_arrays_refuse_without_copy() -> None:
     arr = pa.array([1.5, 2.5, 3.5], type=pa.float32())
-    with pytest.raises(dlbridge.ReadOnlyError, match="read-only and torch arrays cannot be.*copy=True"):
+    with pytest.raises(dlbridge.ReadOnlyError, match=r"read-only and torch arrays cannot be.*copy=True"):
         dlbridge.to_torch(arr)
     copied = dlbridge.to_torch(arr, copy=True)
     assert copied.data_ptr() != values_address(arr)
