@@ -162,6 +162,8 @@ _SOURCES = {  # a small float32 source from a framework other than the target
     "numpy": "import torch; x = torch.ones(256)",
     "paddle": "import numpy as np; x = np.ones(256, dtype=np.float32)",
     "tensorflow": "import numpy as np; x = np.ones(256, dtype=np.float32)",
+    "onnxruntime": "import numpy as np; x = np.ones(256, dtype=np.float32)",
+    "warp": "import numpy as np; x = np.ones(256, dtype=np.float32)",
 }
 
 

@@ -136,7 +136,7 @@ def test_guard_frames_are_hidden_from_pytest_tracebacks() -> None:
 def test_bad_options_fail_at_decoration() -> None:
     with pytest.raises(
         dlbridge.OptionError,
-        match=r"unknown target framework 'mxnet'; expected one of: cupy, jax, numpy, paddle, tensorflow, torch",
+        match=r"unknown target framework 'mxnet'; expected one of: cupy, jax, numpy, onnxruntime, paddle, tensorflow, torch",
     ):
         dlbridge.guard("mxnet")
     with pytest.raises(dlbridge.OptionError, match=r"fallback='copy' is not a fallback"):

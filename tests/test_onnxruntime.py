@@ -159,3 +159,11 @@ def test_convert_names_and_inspect() -> None:
     assert dlbridge.convert(src, ort).data_type() == "tensor(bfloat16)"
     info = dlbridge.inspect(ort_value(reference("float8_e5m2", (3,))))
     assert (info.dtype, info.shape, info.versioned) == ("float8_e5m2", (3,), False)  # legacy capsules only
+
+
+def test_sparse_ortvalue_is_refused_naming_what_to_pass() -> None:
+    values, indices = np.array([1.0, 2.0], dtype=np.float32), np.array([0, 2], dtype=np.int64)
+    sparse = ort.SparseTensor.sparse_coo_from_numpy([3], values, indices, ort.OrtDevice.make("cpu", 0))
+    src = ort.OrtValue.ort_value_from_sparse_tensor(sparse)
+    with pytest.raises(dlbridge.ProducerError, match=r"not a dense tensor \(sparse_tensor\(float\)\).*values/indices"):
+        dlbridge.to_torch(src)

@@ -88,9 +88,13 @@ class WarpAdapter(Adapter):
 
     # --- consuming ------------------------------------------------------------------------
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
-        return None  # every import is checked (dimensions, byte_offset): import_capsule
+        # The checked import (dimensions, byte_offset); a refusal sends the call to the pipeline.
+        return (0, self._import_checked, None)
 
     def import_capsule(self, capsule: Any, device: tuple[int, int], caps: Capabilities) -> Any:
+        return self._import_checked(capsule)
+
+    def _import_checked(self, capsule: Any) -> Any:
         info = read(capsule)
         if not 1 <= len(info.shape) <= _MAX_DIMS:
             fix = "x.reshape(1) (and [0] afterwards)" if not info.shape else "a reshape to 4 dimensions or fewer"
