@@ -167,3 +167,15 @@ def test_sparse_ortvalue_is_refused_naming_what_to_pass() -> None:
     src = ort.OrtValue.ort_value_from_sparse_tensor(sparse)
     with pytest.raises(dlbridge.ProducerError, match=r"not a dense tensor \(sparse_tensor\(float\)\).*values/indices"):
         dlbridge.to_torch(src)
+
+
+def test_upcast_of_a_float8_kind_it_lacks_gives_float32_values() -> None:
+    ml_dtypes = need("ml_dtypes")
+    if not hasattr(ml_dtypes, "float8_e4m3"):
+        pytest.skip("ml_dtypes < 0.5 has no float8_e4m3")
+    src = aligned_copy(np.array([[0.5, -2.0, 3.0]], dtype=np.float32).astype(ml_dtypes.float8_e4m3))
+    with pytest.raises(dlbridge.UnsupportedDtypeError, match="onnxruntime cannot hold float8_e4m3"):
+        dlbridge.to_onnxruntime(src)
+    out = dlbridge.to_onnxruntime(src, fallback="upcast")
+    assert out.data_type() == "tensor(float)" and out.shape() == [1, 3]
+    np.testing.assert_array_equal(out.numpy(), [[0.5, -2.0, 3.0]])

@@ -102,7 +102,9 @@ class OnnxruntimeAdapter(Adapter):
         return int(arr.data_ptr())
 
     def copy(self, arr: Any) -> Any:
-        return self._wrap(self.to_host(arr).copy())
+        from ._numpy import aligned_copy
+
+        return self._wrap(aligned_copy(self.to_host(arr)))  # 64-byte aligned: JAX shares it
 
     def contiguous(self, arr: Any) -> Any:
         return arr  # OrtValues are always dense row-major
@@ -111,9 +113,9 @@ class OnnxruntimeAdapter(Adapter):
         return self.copy(arr)  # CPU only (device_codes)
 
     def from_host(self, host: Any, device: tuple[int, int]) -> Any:
-        import numpy as np
+        from ._numpy import aligned_copy
 
-        return self._wrap(np.array(host, copy=True, order="C"))
+        return self._wrap(aligned_copy(host))
 
     def bf16_bits_to_f32(self, u16: Any) -> Any:
         import numpy as np
