@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from .._capabilities import Capabilities
 from .._errors import DLBridgeError, ProducerError
 from ._base import Adapter, FastExport
 
@@ -69,6 +70,20 @@ class OnnxruntimeAdapter(Adapter):
 
     def from_dlpack(self) -> Any:
         return self.mod.OrtValue.from_dlpack
+
+    def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
+        # OrtValue.from_dlpack(capsule) is OrtValue(C.OrtValue.from_dlpack(capsule)) after a hasattr
+        # test (onnxruntime_inference_collection.py): the same two calls, one Python frame fewer.
+        native = getattr(getattr(self.mod.capi, "onnxruntime_pybind11_state", None), "OrtValue", None)
+        c_import = getattr(native, "from_dlpack", None)
+        if c_import is None:
+            return super().fast_import(caps)
+        wrap = self.mod.OrtValue
+
+        def import_capsule(capsule: Any) -> Any:
+            return wrap(c_import(capsule))
+
+        return (0, import_capsule, None)
 
     # --- arrays over NumPy memory (OrtValues have no operations of their own) ---------------------
     def _wrap(self, host: Any) -> Any:
