@@ -46,7 +46,7 @@ def test_copy_false_forbids_device_moves(cupy_counted_installed: None) -> None:
 def test_unknown_target_lists_the_valid_ones() -> None:
     with pytest.raises(
         dlbridge.OptionError,
-        match=r"unknown target framework 'mxnet'; expected one of: cupy, jax, numpy, paddle, tensorflow, torch",
+        match=r"unknown target framework 'mxnet'; expected one of: cupy, jax, numpy, onnxruntime, paddle, tensorflow, torch",
     ):
         dlbridge.convert(torch.zeros(1), "mxnet")
 
