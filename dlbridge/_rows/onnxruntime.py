@@ -12,8 +12,8 @@ ROWS: tuple[Row, ...] = (
         "imports",
         INTS | {"float16", "float32", "float64", "bfloat16", "bool"},
         "1.31",
-        source="onnxruntime/core/dlpack/dlpack_converter.cc GetOrtValueDataType (OrtValue.from_dlpack, "
-        f"ONNX Runtime 1.31); {_PROBE}: shared zero-copy",
+        source="microsoft/onnxruntime PR #27980 (OrtValue.__dlpack__, __dlpack_device__, from_dlpack on the public "
+        f"class); onnxruntime/core/dlpack/dlpack_converter.cc GetOrtValueDataType; {_PROBE}: shared zero-copy",
     ),
     row(
         "onnxruntime",
