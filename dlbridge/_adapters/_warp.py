@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from .._capabilities import Capabilities
-from .._capsule import read
+from .._capsule import _probe_py, read
 from .._errors import LayoutError
 from ._base import Adapter, FastExport
 
@@ -95,6 +95,10 @@ class WarpAdapter(Adapter):
         return self._import_checked(capsule)
 
     def _import_checked(self, capsule: Any) -> Any:
+        # The route's cheap probe first (ndim at 7, byte_offset at 13); anything else is read in full.
+        probe = _probe_py(capsule)
+        if probe is not None and 1 <= probe[7] <= _MAX_DIMS and not probe[13]:
+            return self._from_dlpack(capsule)
         info = read(capsule)
         if not 1 <= len(info.shape) <= _MAX_DIMS:
             fix = "x.reshape(1) (and [0] afterwards)" if not info.shape else "a reshape to 4 dimensions or fewer"
