@@ -62,6 +62,7 @@ def test_legacy_only_consumers_never_get_the_memory_writable(target: str) -> Non
 
 
 def test_mutable_tensor_is_shared_writable() -> None:
+    need("onnxruntime")
     host = np.arange(6, dtype=np.float32).reshape(2, 3)
     tensor = pa.Tensor.from_numpy(host)
     assert tensor.is_mutable
@@ -74,6 +75,7 @@ def test_mutable_tensor_is_shared_writable() -> None:
 
 
 def test_immutable_tensor_is_refused_without_copy() -> None:
+    need("onnxruntime")
     host = np.arange(4.0)
     host.flags.writeable = False
     tensor = pa.Tensor.from_numpy(host)
@@ -85,6 +87,7 @@ def test_immutable_tensor_is_refused_without_copy() -> None:
 
 
 def test_column_major_tensor_into_row_major_consumer_is_copied_densely() -> None:
+    need("onnxruntime")
     host = np.arange(6, dtype=np.float32).reshape(2, 3).T
     tensor = pa.Tensor.from_numpy(host)
     out = dlbridge.to_onnxruntime(tensor)

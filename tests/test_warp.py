@@ -114,7 +114,13 @@ def test_strided_layouts_are_shared_both_ways() -> None:
     back = dlbridge.to_torch(w)
     assert back.data_ptr() == w.ptr and back.stride() == (1, 3)
     np.testing.assert_array_equal(back.numpy(), np.arange(6, dtype=np.float32).reshape(2, 3).T)
+
+
+def test_transposed_warp_into_onnxruntime_is_copied_densely() -> None:
+    need("onnxruntime")
+    w = warp_of(np.arange(6, dtype=np.float32).reshape(2, 3)).transpose()
     dense = dlbridge.to_onnxruntime(w)  # ONNX Runtime takes only row-major: a dense copy
+    assert dense.data_ptr() != w.ptr
     np.testing.assert_array_equal(dense.numpy(), np.arange(6, dtype=np.float32).reshape(2, 3).T)
 
 
