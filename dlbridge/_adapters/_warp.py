@@ -45,12 +45,14 @@ class WarpAdapter(Adapter):
         wp = super().mod
         # Warp needs wp.init() before from_dlpack; its greeting is an INFO log line, silenced for the
         # init dlbridge makes (the user's own setting is left as it was).
-        level = wp.config.log_level  # wp.init() returns at once when it has run before
-        wp.config.log_level = max(level, wp.LOG_WARNING)
+        # wp.config.log_level where Warp has logging levels (1.19 does), else wp.config.quiet.
+        key, quiet = ("log_level", wp.LOG_WARNING) if hasattr(wp, "LOG_WARNING") else ("quiet", True)
+        saved = getattr(wp.config, key)
+        setattr(wp.config, key, max(saved, quiet))  # wp.init() returns at once when it has run before
         try:
             wp.init()
         finally:
-            wp.config.log_level = level
+            setattr(wp.config, key, saved)
         return wp
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
