@@ -164,6 +164,8 @@ _SOURCES = {  # a small float32 source from a framework other than the target
     "tensorflow": "import numpy as np; x = np.ones(256, dtype=np.float32)",
     "mlx": "import numpy as np; x = np.ones(256, dtype=np.float32)",
     "array_api_strict": "import numpy as np; x = np.ones(256, dtype=np.float32)",
+    "onnxruntime": "import numpy as np; x = np.ones(256, dtype=np.float32)",
+    "warp": "import numpy as np; x = np.ones(256, dtype=np.float32)",
 }
 
 

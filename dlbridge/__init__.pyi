@@ -10,9 +10,11 @@ import cupy
 import jax
 import mlx.core
 import numpy
+import onnxruntime
 import paddle
 import tensorflow
 import torch
+import warp
 
 from ._api import capabilities as capabilities
 from ._api import register_numpy_dtypes as register_numpy_dtypes
@@ -61,6 +63,11 @@ def to_mlx(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = ..., dtype:
 def to_array_api_strict(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = ..., dtype: DTypeLike | None = ...,
                         device: DeviceLike | None = ..., copy: bool | None = ...,
                         stream: int | None = ...) -> array_api_strict._array_object.Array: ...  # fmt: skip
+def to_onnxruntime(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = ..., dtype: DTypeLike | None = ...,
+                   device: DeviceLike | None = ..., copy: bool | None = ...,
+                   stream: int | None = ...) -> onnxruntime.OrtValue: ...  # fmt: skip
+def to_warp(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = ..., dtype: DTypeLike | None = ...,
+            device: DeviceLike | None = ..., copy: bool | None = ..., stream: int | None = ...) -> warp.array[Any]: ...  # fmt: skip
 
 # ``convert(x, "numpy")`` is typed like ``to_numpy(x)``: one overload per framework name and alias.
 @overload
@@ -95,6 +102,14 @@ def convert(x: SupportsDLPack | Any, to: Literal["mlx", "mlx.core"], /, *, fallb
 def convert(x: SupportsDLPack | Any, to: Literal["array_api_strict", "array-api-strict"], /, *,
             fallback: FallbackOption = ..., dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
             copy: bool | None = ..., stream: int | None = ...) -> array_api_strict._array_object.Array: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["onnxruntime", "ort"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> onnxruntime.OrtValue: ...  # fmt: skip
+@overload
+def convert(x: SupportsDLPack | Any, to: Literal["warp", "wp", "warp-lang"], /, *, fallback: FallbackOption = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
+            stream: int | None = ...) -> warp.array[Any]: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,

@@ -19,7 +19,12 @@ LAYOUTS = ("contiguous", "transposed", "sliced", "0-d", "empty")
 _CHILD_ONLY = {n for n, a in ADAPTERS.items() if a.unsafe_after} | {
     n for n, a in ADAPTERS.items() for b in ADAPTERS.values() if a.module in b.unsafe_after
 }
-FRAMEWORKS = tuple(name for name, a in ADAPTERS.items() if "cpu" in a.producer_devices and name not in _CHILD_ONLY)
+# ONNX Runtime and Warp have their own files (tests/test_onnxruntime.py, tests/test_warp.py): OrtValues have
+# no indexing or shape attribute, Warp arrays no 0-d form, so this matrix's generic source recipes do not apply.
+_OWN_FILES = {"onnxruntime", "warp"}
+FRAMEWORKS = tuple(
+    name for name, a in ADAPTERS.items() if "cpu" in a.producer_devices and name not in _CHILD_ONLY | _OWN_FILES
+)
 
 
 def np_dtype(name: str) -> np.dtype:

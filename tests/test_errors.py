@@ -46,8 +46,8 @@ def test_copy_false_forbids_device_moves(cupy_counted_installed: None) -> None:
 def test_unknown_target_lists_the_valid_ones() -> None:
     with pytest.raises(
         dlbridge.OptionError,
-        match=r"unknown target framework 'mxnet'; expected one of: array_api_strict, cupy, jax, mlx, numpy, paddle, "
-        r"tensorflow, torch",
+        match=r"unknown target framework 'mxnet'; expected one of: array_api_strict, cupy, jax, mlx, numpy, "
+        r"onnxruntime, paddle, tensorflow, torch, warp",
     ):
         dlbridge.convert(torch.zeros(1), "mxnet")
 

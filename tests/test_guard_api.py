@@ -134,8 +134,8 @@ def test_guard_frames_are_hidden_from_pytest_tracebacks() -> None:
 def test_bad_options_fail_at_decoration() -> None:
     with pytest.raises(
         dlbridge.OptionError,
-        match=r"unknown target framework 'mxnet'; expected one of: array_api_strict, cupy, jax, mlx, numpy, paddle, "
-        r"tensorflow, torch",
+        match=r"unknown target framework 'mxnet'; expected one of: array_api_strict, cupy, jax, mlx, numpy, "
+        r"onnxruntime, paddle, tensorflow, torch, warp",
     ):
         dlbridge.guard("mxnet")
     with pytest.raises(dlbridge.OptionError, match=r"fallback='copy' is not a fallback"):

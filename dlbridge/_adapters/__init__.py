@@ -12,9 +12,12 @@ from ._cupy import CupyAdapter
 from ._jax import JaxAdapter
 from ._mlx import MlxAdapter
 from ._numpy import NumpyAdapter
+from ._onnxruntime import OnnxruntimeAdapter
 from ._paddle import PaddleAdapter
+from ._pyarrow import PyarrowAdapter
 from ._tensorflow import TensorflowAdapter
 from ._torch import TorchAdapter
+from ._warp import WarpAdapter
 
 __all__ = [
     "HOST",
@@ -45,13 +48,17 @@ ADAPTERS: dict[str, Adapter] = {
         ArrayApiStrictAdapter(),
     )
 }
+ADAPTERS.update({a.name: a for a in (OnnxruntimeAdapter(), WarpAdapter())})
+# Frameworks dlbridge reads arrays from but does not convert into (no to_<name>): adapter_for knows
+# their arrays (states, errors, read-only exports); they are no target and not in the report.
+PRODUCER_ONLY: tuple[Adapter, ...] = (PyarrowAdapter(),)
 _NAMES: dict[str, Adapter] = {
     **{alias: a for a in ADAPTERS.values() for alias in (a.name, a.module, *a.aliases)},
     **{alias: a for a in ADAPTERS.values() for alias in a.module_aliases},
 }
 # The CPU framework any CPU capsule can land in (staging for copies, the report's reference arrays).
 HOST: Adapter = next(a for a in ADAPTERS.values() if a.host)
-_BY_MODULE: dict[str, Adapter] = {m: a for a in ADAPTERS.values() for m in a.producer_modules}
+_BY_MODULE: dict[str, Adapter] = {m: a for a in (*ADAPTERS.values(), *PRODUCER_ONLY) for m in a.producer_modules}
 
 
 def adapter_named(to: object) -> Adapter:
@@ -86,7 +93,7 @@ def adapter_for(obj: object) -> Adapter | None:
 
 def _classify(obj: object, cls: type, loaded: int) -> Adapter | None:
     found = None
-    for candidate in ADAPTERS.values():  # by class hierarchy: subclasses defined anywhere count
+    for candidate in (*ADAPTERS.values(), *PRODUCER_ONLY):  # by class hierarchy: subclasses defined anywhere count
         base = candidate.array_class()
         if base is not None and _subclass(cls, base):
             found = candidate

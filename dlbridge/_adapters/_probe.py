@@ -63,6 +63,10 @@ class Prober(ABC):
         return getattr(self.mod, name)
 
     # --- reading arrays back ----------------------------------------------------------------
+    def shape_of(self, arr: Any) -> tuple[int, ...]:
+        """``arr``'s shape as a tuple of ints (ONNX Runtime's is a method)."""
+        return tuple(arr.shape)
+
     def dtype_str(self, arr: Any) -> str:
         """dlbridge's name for ``arr``'s dtype ("bfloat16", "float8_e4m3fn", "bool", ...)."""
         dtype = arr.dtype

@@ -5,10 +5,10 @@ Adding a framework adds one module here with its ``ROWS``, listed in ``MODULES``
 
 from __future__ import annotations
 
-from . import array_api_strict, cupy, jax, mlx, numpy, paddle, tensorflow, torch
+from . import array_api_strict, cupy, jax, mlx, numpy, onnxruntime, paddle, tensorflow, torch, warp
 from ._common import FEATURES, KINDS, PRODUCER_KINDS, Row, row
 
 __all__ = ["FEATURES", "KINDS", "PRODUCER_KINDS", "Row", "row", "TABLE"]
 
-MODULES = (torch, cupy, jax, numpy, tensorflow, paddle, mlx, array_api_strict)
+MODULES = (torch, cupy, jax, numpy, tensorflow, paddle, mlx, array_api_strict, onnxruntime, warp)
 TABLE: tuple[Row, ...] = tuple(r for module in MODULES for r in module.ROWS)
