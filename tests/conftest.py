@@ -14,9 +14,9 @@ import textwrap
 
 import pytest
 
-from tests._isolated import pytest_pyfunc_call, pytest_runtest_logreport
+from tests._isolated import pytest_configure, pytest_pyfunc_call, pytest_runtest_logreport
 
-__all__ = ["need", "cuda_reason", "cuda", "run_child", "readme_block", "pytest_pyfunc_call", "pytest_runtest_logreport"]
+__all__ = ["need", "cuda_reason", "cuda", "run_child", "readme_block", "pytest_configure", "pytest_pyfunc_call", "pytest_runtest_logreport"]
 
 
 def need(name: str):
