@@ -87,7 +87,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and hasattr(report, "wasxfail"):  # an expected failure: xfail again in the parent
         entry["xfail"] = str(report.wasxfail) or "expected to fail"
     elif report.skipped and isinstance(report.longrepr, tuple):
-        entry["text"] = str(report.longrepr[2])
+        entry["text"] = str(report.longrepr[2]).removeprefix("Skipped: ")  # pytest.skip adds it again
     elif report.failed:
         entry["text"] = report.longreprtext
     with open(path, "a", encoding="utf-8") as f:  # line by line: a crash keeps what came before
