@@ -117,8 +117,8 @@ def _report(outcome: Outcome) -> None:
             pytest.fail(f"in the child ({when}):\n{phase.get('text', '')}", pytrace=False)
         if phase["outcome"] == "skipped" and "xfail" in phase:
             pytest.xfail(phase["xfail"])
-        if phase["outcome"] == "skipped":
-            pytest.skip(phase.get("text", "skipped in the child"))
+        if phase["outcome"] == "skipped":  # reported at the test's own location, as a skip mark is
+            raise pytest.skip.Exception(phase.get("text", "skipped in the child"), _use_item_location=True)
 
 
 def _child_env(group: Group) -> dict[str, str]:

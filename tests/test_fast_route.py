@@ -233,8 +233,8 @@ def test_threads_convert_concurrently() -> None:
 def _capsules():
     """(name, capsule, read() raises CapsuleError) for the malformed cases of
     tests/test_robustness_capsules.py plus well-formed exports, legacy and versioned."""
+    from tests._capsule_cases import MALFORMED
     from tests.ctypes_producer import CtypesArray, UsedBy
-    from tests.test_robustness_capsules import MALFORMED
 
     keep = []
     for case, (overrides, _, inspect_error) in MALFORMED.items():
