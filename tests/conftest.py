@@ -1,7 +1,9 @@
 """Shared fixtures: framework import-or-skip, the CUDA capability check, child processes.
 
-Crash-prone tests are marked ``@pytest.mark.isolated`` (run in a child pytest, tests/_isolated.py);
-``run_child`` runs a script in a fresh interpreter (import-time checks, one-off crash probes).
+Crash-prone tests are marked ``@pytest.mark.isolated`` (run in a child pytest, tests/_isolated.py;
+``env=`` and ``imports=`` give the child an environment or an import order of its own);
+``run_child`` runs a script in a fresh interpreter (import-time checks, one-off crash probes, state
+a process keeps for good).
 """
 
 from __future__ import annotations
