@@ -5,6 +5,7 @@ a child that dies fails the test it was running while the others still run, and 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -49,7 +50,7 @@ def test_isolated_tests_report_their_own_outcomes_and_survive_a_crash(tmp_path: 
     assert "2 failed, 2 passed, 1 skipped" in out, out
     assert "PASSED test_child.py::test_a_passes" in out
     assert "FAILED test_child.py::test_b_fails" in out and "the child's own message" in out
-    assert "SKIPPED [1] test_child.py:14: a reason from the child" in out  # at the test, not in tests/_isolated.py
+    assert re.search(r"SKIPPED \[1\] test_child\.py:\d+: a reason from the child", out), out  # not _isolated.py
     assert "FAILED test_child.py::test_d_aborts" in out and "killed by a signal" in out
     assert "PASSED test_child.py::test_e_runs_after_the_crash" in out  # in a fresh child
 
