@@ -6,6 +6,18 @@ for it (its failure text, its skip reason). A child that dies (a signal, a timeo
 was running with the child's last output; the tests it had not reached run in a fresh child. Nothing
 is counted by hand: the child reports per test.
 
+The marker takes what the child needs that the parent must not have (both optional):
+
+- ``env={"NAME": "value"}``: set in the child's environment (a value of ``None`` removes the name),
+  e.g. ``env={"DLBRIDGE_PURE_PYTHON": "1"}`` to run on the pure-Python path, or ``XLA_FLAGS`` that
+  JAX reads once, when its backend starts;
+- ``imports=("paddle", "tensorflow")``: modules the child imports first, in this order, before it
+  collects anything (frameworks that crash when imported the other way round); a module that is
+  not installed is passed over, and the tests that need it skip with their own reason.
+
+Tests are grouped per (module, env, imports): each group runs in its own child pytest, so a module
+whose tests share one marker starts one child.
+
 The hooks are re-exported by ``tests/conftest.py``; the marker is registered in ``pyproject.toml``.
 """
 
@@ -24,6 +36,7 @@ import pytest
 
 CHILD_ENV = "DLBRIDGE_ISOLATED_CHILD"  # set in the child: isolated tests run in-process there
 REPORT_ENV = "DLBRIDGE_ISOLATED_REPORT"  # the child's per-test outcomes, one JSON line per phase
+IMPORTS_ENV = "DLBRIDGE_ISOLATED_IMPORTS"  # comma-separated modules the child imports first, in order
 TIMEOUT_S = 900.0
 IN_CHILD = os.environ.get(CHILD_ENV) == "1"
 
@@ -35,6 +48,35 @@ class Outcome:
 
 
 _outcomes: dict[str, Outcome] = {}  # nodeid -> what the child reported
+Group = tuple[Path, tuple[tuple[str, str | None], ...], tuple[str, ...]]  # (module, env, imports)
+
+
+def group_of(item: pytest.Item) -> Group | None:
+    """The child ``item`` runs in: (its module, the marker's env, its imports); None if not isolated."""
+    marker = item.get_closest_marker("isolated")
+    if marker is None:
+        return None
+    unknown = set(marker.kwargs) - {"env", "imports"}
+    if marker.args or unknown:
+        raise pytest.UsageError(f"{item.nodeid}: isolated takes only env= and imports=, got {marker.args} {unknown}")
+    env = marker.kwargs.get("env") or {}
+    imports = marker.kwargs.get("imports") or ()
+    return item.path, tuple(sorted(env.items())), tuple(imports)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a child: import the marker's ``imports`` first, in their order (installed ones only)."""
+    if not IN_CHILD:
+        return
+    import importlib
+    import importlib.util
+    import warnings
+
+    for name in filter(None, os.environ.get(IMPORTS_ENV, "").split(",")):
+        if importlib.util.find_spec(name) is not None:
+            with warnings.catch_warnings():  # import-time notices (paddle: "No ccache found") are not ours
+                warnings.simplefilter("ignore")
+                importlib.import_module(name)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -45,7 +87,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and hasattr(report, "wasxfail"):  # an expected failure: xfail again in the parent
         entry["xfail"] = str(report.wasxfail) or "expected to fail"
     elif report.skipped and isinstance(report.longrepr, tuple):
-        entry["text"] = str(report.longrepr[2])
+        entry["text"] = str(report.longrepr[2]).removeprefix("Skipped: ")  # pytest.skip adds it again
     elif report.failed:
         entry["text"] = report.longreprtext
     with open(path, "a", encoding="utf-8") as f:  # line by line: a crash keeps what came before
@@ -75,19 +117,30 @@ def _report(outcome: Outcome) -> None:
             pytest.fail(f"in the child ({when}):\n{phase.get('text', '')}", pytrace=False)
         if phase["outcome"] == "skipped" and "xfail" in phase:
             pytest.xfail(phase["xfail"])
-        if phase["outcome"] == "skipped":
-            pytest.skip(phase.get("text", "skipped in the child"))
+        if phase["outcome"] == "skipped":  # reported at the test's own location, as a skip mark is
+            raise pytest.skip.Exception(phase.get("text", "skipped in the child"), _use_item_location=True)
+
+
+def _child_env(group: Group) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DLBRIDGE_FALLBACK", IMPORTS_ENV)}  # "raise"
+    for name, value in group[1]:
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = str(value)
+    env[CHILD_ENV] = "1"
+    if group[2]:
+        env[IMPORTS_ENV] = ",".join(group[2])
+    return env
 
 
 def _run_module_in_child(item: pytest.Function) -> None:
-    """Run every selected isolated test of ``item``'s module in child pytests; fill ``_outcomes``."""
-    pending = [
-        other.nodeid
-        for other in item.session.items
-        if other.path == item.path and other.get_closest_marker("isolated") is not None
-    ]
-    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_FALLBACK"}  # no fallback= means "raise"
-    env[CHILD_ENV] = "1"
+    """Run every selected isolated test of ``item``'s group (module, env, imports) in child pytests;
+    fill ``_outcomes``."""
+    group = group_of(item)
+    assert group is not None
+    pending = [other.nodeid for other in item.session.items if group_of(other) == group]
+    env = _child_env(group)
     with tempfile.TemporaryDirectory(prefix="dlbridge-isolated-") as tmp:
         env["HYPOTHESIS_STORAGE_DIRECTORY"] = tmp  # failure patches stay out of the checkout
         for attempt in range(len(pending)):

@@ -12,10 +12,10 @@ from typing import Any
 
 import dlbridge
 from tests._arrays import np_dtype, torch_from
+from tests._capsule_cases import expected_bytes
 from tests._robust_helpers import np, torch
 from tests.conftest import caps_of, need
 from tests.ctypes_producer import FLAG_READ_ONLY, CtypesArray
-from tests.test_unknown_producer import expected_bytes
 
 jax = need("jax")
 jnp = need("jax.numpy")

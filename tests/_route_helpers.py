@@ -1,5 +1,6 @@
-"""Helpers for the fast-route tests: what a conversion gave (to compare the route with the pipeline),
-a count of the route's declines, and 64-byte aligned NumPy arrays (JAX shares only those)."""
+"""Helpers for the fast-route tests: both paths for every test, what a conversion gave (to compare
+the route with the pipeline), a count of the route's declines, and 64-byte aligned NumPy arrays (JAX
+shares only those)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,34 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import pytest
 
-from dlbridge import _route
+from dlbridge import _accelerator, _route
 from dlbridge._adapters import ADAPTERS, adapter_for
 from dlbridge._convert import _convert
 from dlbridge._options import NOT_GIVEN, resolve_fallback
+from tests._isolated import IN_CHILD
+
+COMPILED = _accelerator.accel is not None
+PURE_PYTHON = pytest.mark.isolated(env={"DLBRIDGE_PURE_PYTHON": "1"})
+
+
+def on_both_paths(metafunc: pytest.Metafunc) -> None:
+    """``pytest_generate_tests`` of the fast-route modules: every test runs as ``[loaded]`` on the path
+    this process loaded and, where that is the compiled module, as ``[pure-python]`` in a child
+    (``isolated``) with $DLBRIDGE_PURE_PYTHON set, so both paths are covered, test by test."""
+    if "route_path" not in metafunc.fixturenames:
+        return
+    params = [pytest.param("loaded", id="loaded")]
+    if COMPILED or IN_CHILD:  # in the child the pure-Python cases it was asked to run must exist
+        params.append(pytest.param("pure-python", id="pure-python", marks=PURE_PYTHON))
+    metafunc.parametrize("route_path", params)
+
+
+@pytest.fixture(autouse=True)
+def route_path(request: pytest.FixtureRequest) -> str:
+    """Which path the test runs on ("loaded" or "pure-python"): set by ``on_both_paths``."""
+    return str(request.param)
 
 
 def aligned(a: np.ndarray, align: int = 64, offset: int = 0) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Shared fixtures: framework import-or-skip, the CUDA capability check, child processes.
 
-Crash-prone tests are marked ``@pytest.mark.isolated`` (run in a child pytest, tests/_isolated.py);
-``run_child`` runs a script in a fresh interpreter (import-time checks, one-off crash probes).
+Crash-prone tests are marked ``@pytest.mark.isolated`` (run in a child pytest, tests/_isolated.py;
+``env=`` and ``imports=`` give the child an environment or an import order of its own);
+``run_child`` runs a script in a fresh interpreter (import-time checks, one-off crash probes, state
+a process keeps for good).
 """
 
 from __future__ import annotations
@@ -14,9 +16,18 @@ import textwrap
 
 import pytest
 
-from tests._isolated import pytest_pyfunc_call, pytest_runtest_logreport
+from tests._isolated import pytest_configure, pytest_pyfunc_call, pytest_runtest_logreport
 
-__all__ = ["need", "cuda_reason", "cuda", "run_child", "readme_block", "pytest_pyfunc_call", "pytest_runtest_logreport"]
+__all__ = [
+    "need",
+    "cuda_reason",
+    "cuda",
+    "run_child",
+    "readme_block",
+    "pytest_configure",
+    "pytest_pyfunc_call",
+    "pytest_runtest_logreport",
+]
 
 
 def need(name: str):
@@ -144,27 +155,3 @@ def cupy_counted_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     from dlbridge._adapters import ADAPTERS
 
     monkeypatch.setattr(ADAPTERS["cupy"], "check_installed", lambda: None)
-
-
-def run_child_pytest(test_file: str, flag: str, expect_passed: int | None, tmp_path=None, timeout: float = 900,
-                     keyword: str = "property") -> None:  # fmt: skip
-    """Run ``test_file``'s ``-k <keyword>`` tests in a child pytest with ``flag=1`` set (they hand
-    consumers layouts that abort the process when something regresses: a crash fails one test;
-    or they need an import order the parent cannot promise). ``keyword=""`` runs the whole file;
-    ``expect_passed=None`` checks only that nothing failed.
-
-    ``$DLBRIDGE_FALLBACK`` is dropped (no fallback= means "raise"); hypothesis keeps its files in
-    ``tmp_path`` when given, so failure patches stay out of the checkout.
-    """
-    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_FALLBACK"}
-    env[flag] = "1"
-    if tmp_path is not None:
-        env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-k", keyword] if keyword else []), test_file],
-        capture_output=True, text=True, env=env, timeout=timeout,
-    )  # fmt: skip
-    tail = (proc.stdout + proc.stderr)[-6000:]
-    assert proc.returncode == 0, f"child exited {proc.returncode} (negative: killed by a signal):\n{tail}"
-    if expect_passed is not None:
-        assert f"{expect_passed} passed" in proc.stdout, tail

@@ -5,115 +5,111 @@ DLPack's kDLCPU device_id is 0 for host memory, but JAX writes the number of its
 (1, 0). Every CPU id is the host's memory to dlbridge; ``device="cpu:N"`` places a JAX result on
 JAX's CPU device N (zero-copy: the same memory, labelled N), and names a device the target lacks
 with a ``DeviceMismatchError``. JAX reads XLA_FLAGS when its backend starts, so the multi-device
-cases run in a child process.
+cases run in a child pytest (``isolated(env={"XLA_FLAGS": ...})``).
 """
 
 from __future__ import annotations
 
 import gc
-import json
 
 import pytest
 
 import dlbridge
 from tests._robust_helpers import TO, data_ptr, np, torch
-from tests.conftest import caps_of, need, run_child
+from tests.conftest import caps_of, need
 from tests.ctypes_producer import CtypesArray
 
 jax = need("jax")
 
-_FOUR_CPUS = """
-import json, os
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
-import jax, jax.numpy as jnp, numpy as np, torch, dlbridge
+# --- JAX with four CPU devices (isolated: XLA_FLAGS is read once, when JAX's backend starts) -------
 
-cpus = jax.devices("cpu")
-assert len(cpus) == 4, cpus
-out = {}
-x = jax.device_put(jnp.arange(4.0, dtype=jnp.float32), cpus[3])
-ptr = x.unsafe_buffer_pointer()
-out["capsule_device"] = list(dlbridge.inspect(x.__dlpack__()).device)
-out["claimed_device"] = [int(v) for v in x.__dlpack_device__()]
+four_cpus = pytest.mark.isolated(env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+VALUES = [0.0, 1.0, 2.0, 3.0]
 
-def describe(r):
+
+def _cpus() -> list:
+    cpus = jax.devices("cpu")
+    assert len(cpus) == 4, cpus
+    return cpus
+
+
+def _on_cpu3():
+    """float32 [0, 1, 2, 3] on JAX's cpu:3."""
+    import jax.numpy as jnp
+
+    return jax.device_put(jnp.arange(4.0, dtype=jnp.float32), _cpus()[3])
+
+
+def _describe(r, ptr: int) -> dict:
+    """Whether ``r`` shares ``ptr``, its values and dtype (and a JAX result's device ids)."""
     if isinstance(r, torch.Tensor):
         return {"ptr": r.data_ptr() == ptr, "values": r.tolist(), "dtype": str(r.dtype).removeprefix("torch.")}
     if isinstance(r, np.ndarray):
         return {"ptr": r.__array_interface__["data"][0] == ptr, "values": r.tolist(), "dtype": str(r.dtype)}
     return {"ptr": r.unsafe_buffer_pointer() == ptr, "values": r.tolist(), "dtype": str(r.dtype),
-            "device": [d.id for d in r.devices()]}
+            "device": [d.id for d in r.devices()]}  # fmt: skip
 
-for name in ("torch", "numpy", "jax"):
-    fn = getattr(dlbridge, "to_" + name)
-    out[name] = describe(fn(x))
-    out[name + "_capsule"] = describe(fn(x.__dlpack__()))
-out["jax_cpu1"] = describe(dlbridge.to_jax(x, device="cpu:1"))
-out["jax_capsule_cpu2"] = describe(dlbridge.to_jax(x.__dlpack__(), device=cpus[2]))
 
-t = torch.arange(4, dtype=torch.float32)
-tptr = t.data_ptr()
-def placed(**kw):
+def _placed(t, **kw) -> dict:
     r = dlbridge.to_jax(t, **kw)
-    return {"device": [d.id for d in r.devices()], "ptr": r.unsafe_buffer_pointer() == tptr, "values": r.tolist()}
-out["cpu2_copy"] = placed(device="cpu:2", copy=True)
-out["cpu2_shared"] = placed(device="cpu:2", copy=False)
-out["cpu1_object"] = placed(device=cpus[1])
-out["cpu0_tuple"] = placed(device=(1, 0))
-for key, call in {
-    "jax_cpu9": lambda: dlbridge.to_jax(t, device="cpu:9"),
-    "torch_cpu2": lambda: dlbridge.to_torch(x, device="cpu:2"),
-    "numpy_cpu3": lambda: dlbridge.to_numpy(t, device=cpus[3]),
-}.items():
-    try:
-        call()
-        out[key] = "no error"
-    except dlbridge.DLBridgeError as err:
-        out[key] = type(err).__name__ + ": " + str(err)
-print(json.dumps(out))
-"""
+    return {
+        "device": [d.id for d in r.devices()],
+        "ptr": r.unsafe_buffer_pointer() == t.data_ptr(),
+        "values": r.tolist(),
+    }
 
 
-@pytest.fixture(scope="module")
-def four_cpus() -> dict:
-    proc = run_child(_FOUR_CPUS)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def test_jax_array_on_cpu_device_3_says_so_only_in_its_capsule(four_cpus) -> None:
+@four_cpus
+def test_jax_array_on_cpu_device_3_says_so_only_in_its_capsule() -> None:
     """The premise: JAX writes cpu:3 into the capsule and (1, 0) into __dlpack_device__."""
-    assert four_cpus["capsule_device"] == [1, 3]
-    assert four_cpus["claimed_device"] == [1, 0]
+    x = _on_cpu3()
+    assert list(dlbridge.inspect(x.__dlpack__()).device) == [1, 3]
+    assert [int(v) for v in x.__dlpack_device__()] == [1, 0]
 
 
+@four_cpus
 @pytest.mark.parametrize("consumer", ["torch", "numpy", "jax"])
 @pytest.mark.parametrize("how", ["", "_capsule"], ids=["array", "raw capsule"])
-def test_jax_array_on_cpu_device_3_converts_zero_copy(four_cpus, consumer: str, how: str) -> None:
-    r = four_cpus[consumer + how]
-    assert r["ptr"] and r["values"] == [0.0, 1.0, 2.0, 3.0] and r["dtype"] == "float32", r
+def test_jax_array_on_cpu_device_3_converts_zero_copy(consumer: str, how: str) -> None:
+    x = _on_cpu3()
+    r = _describe(TO[consumer](x.__dlpack__() if how else x), x.unsafe_buffer_pointer())
+    assert r["ptr"] and r["values"] == VALUES and r["dtype"] == "float32", r
     if consumer == "jax":
         assert r["device"] == [0]  # as jax.dlpack.from_dlpack does: the host is JAX's cpu:0
 
 
-def test_device_cpu_n_places_a_jax_array_on_that_cpu_device_zero_copy(four_cpus) -> None:
-    assert four_cpus["jax_cpu1"] == {"ptr": True, "values": [0.0, 1.0, 2.0, 3.0], "dtype": "float32", "device": [1]}
-    assert four_cpus["jax_capsule_cpu2"]["device"] == [2] and four_cpus["jax_capsule_cpu2"]["ptr"]
-    assert four_cpus["cpu2_shared"] == {"device": [2], "ptr": True, "values": [0.0, 1.0, 2.0, 3.0]}
-    assert four_cpus["cpu1_object"] == {"device": [1], "ptr": True, "values": [0.0, 1.0, 2.0, 3.0]}
-    assert four_cpus["cpu0_tuple"] == {"device": [0], "ptr": True, "values": [0.0, 1.0, 2.0, 3.0]}
+@four_cpus
+def test_device_cpu_n_places_a_jax_array_on_that_cpu_device_zero_copy() -> None:
+    x, cpus, t = _on_cpu3(), _cpus(), torch.arange(4, dtype=torch.float32)
+    ptr = x.unsafe_buffer_pointer()
+    assert _describe(dlbridge.to_jax(x, device="cpu:1"), ptr) == {"ptr": True, "values": VALUES, "dtype": "float32",
+                                                                   "device": [1]}  # fmt: skip
+    on2 = _describe(dlbridge.to_jax(x.__dlpack__(), device=cpus[2]), ptr)
+    assert on2["device"] == [2] and on2["ptr"], on2
+    assert _placed(t, device="cpu:2", copy=False) == {"device": [2], "ptr": True, "values": VALUES}
+    assert _placed(t, device=cpus[1]) == {"device": [1], "ptr": True, "values": VALUES}
+    assert _placed(t, device=(1, 0)) == {"device": [0], "ptr": True, "values": VALUES}
 
 
-def test_device_cpu_n_with_copy_lands_on_that_device(four_cpus) -> None:
+@four_cpus
+def test_device_cpu_n_with_copy_lands_on_that_device() -> None:
     """Before: to_jax(t, device="cpu:2", copy=True) silently landed on cpu:0."""
-    assert four_cpus["cpu2_copy"] == {"device": [2], "ptr": False, "values": [0.0, 1.0, 2.0, 3.0]}
+    _cpus()
+    t = torch.arange(4, dtype=torch.float32)
+    assert _placed(t, device="cpu:2", copy=True) == {"device": [2], "ptr": False, "values": VALUES}
 
 
-def test_device_cpu_n_the_target_lacks_is_a_clear_error(four_cpus) -> None:
-    assert four_cpus["jax_cpu9"].startswith("DeviceMismatchError: to_jax(): device='cpu:9' names CPU device 9")
-    assert "JAX has 4 CPU devices (cpu:0..cpu:3)" in four_cpus["jax_cpu9"]
-    assert four_cpus["torch_cpu2"].startswith("DeviceMismatchError: to_torch(): device='cpu:2'")
-    assert 'PyTorch has 1 CPU device (cpu:0); pass device="cpu"' in four_cpus["torch_cpu2"]
-    assert four_cpus["numpy_cpu3"].startswith("DeviceMismatchError: to_numpy(): device=CpuDevice(id=3)")
+@four_cpus
+def test_device_cpu_n_the_target_lacks_is_a_clear_error() -> None:
+    x, cpus, t = _on_cpu3(), _cpus(), torch.arange(4, dtype=torch.float32)
+    with pytest.raises(dlbridge.DeviceMismatchError, match=r"^to_jax\(\): device='cpu:9' names CPU device 9") as err:
+        dlbridge.to_jax(t, device="cpu:9")
+    assert "JAX has 4 CPU devices (cpu:0..cpu:3)" in str(err.value)
+    with pytest.raises(dlbridge.DeviceMismatchError, match=r"^to_torch\(\): device='cpu:2'") as err:
+        dlbridge.to_torch(x, device="cpu:2")
+    assert 'PyTorch has 1 CPU device (cpu:0); pass device="cpu"' in str(err.value)
+    with pytest.raises(dlbridge.DeviceMismatchError, match=r"^to_numpy\(\): device=CpuDevice\(id=3\)"):
+        dlbridge.to_numpy(t, device=cpus[3])
 
 
 # --- in this process (JAX has one CPU device) -------------------------------------------------

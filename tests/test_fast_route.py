@@ -1,9 +1,9 @@
 """The fast route (dlbridge/_route.py; compiled in dlbridge/_csrc/): the same results as the full
 pipeline, on both paths.
 
-The tests run in-process on the path this process loaded; ``test_the_other_path_in_a_child`` reruns
-this file and tests/test_fast_route_states.py in a child pytest on the other one (pure Python when the
-compiled module is loaded, and the other way round where it is built), so either way both are covered.
+Every test runs in-process on the path this process loaded (``[loaded]``) and, where that is the
+compiled module, again in a child pytest on pure Python (``[pure-python]``, tests/_route_helpers.py's
+``on_both_paths``; tests/test_fast_route_states.py too), so both paths are covered, test by test.
 """
 
 from __future__ import annotations
@@ -27,48 +27,41 @@ import pytest
 import dlbridge
 from dlbridge import _accelerator, _route
 from tests._arrays import make_source, np_dtype, reference
-from tests._route_helpers import aligned, counting_declines, outcome, pipeline, ptr
+from tests._route_helpers import (  # noqa: F401 - route_path: the fixture on_both_paths parametrizes
+    COMPILED,
+    aligned,
+    counting_declines,
+    on_both_paths,
+    outcome,
+    pipeline,
+    ptr,
+    route_path,
+)
 from tests.conftest import caps_of, need, run_child
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPILED = _accelerator.accel is not None
-CHILD_ENV = "DLBRIDGE_ROUTE_OTHER_PATH"  # set in the child that runs the other path
-IN_CHILD = os.environ.get(CHILD_ENV) == "1"
 TO = {"numpy": dlbridge.to_numpy, "torch": dlbridge.to_torch, "jax": dlbridge.to_jax}
 DTYPES = ("float32", "int64", "bool", "bfloat16", "float8_e4m3fn", "complex64", "uint16")
 
 
 # --- both paths ----------------------------------------------------------------------------------
 
+pytest_generate_tests = on_both_paths
 
-def _other_path_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DLBRIDGE_FALLBACK", "DLBRIDGE_PURE_PYTHON")}
-    env[CHILD_ENV] = "1"
-    if COMPILED:
-        env["DLBRIDGE_PURE_PYTHON"] = "1"
+
+def test_the_path_is_the_one_asked_for(request: pytest.FixtureRequest) -> None:
+    if request.getfixturevalue("route_path") == "pure-python":
+        assert not COMPILED and _accelerator.reason.startswith("pure Python (DLBRIDGE_PURE_PYTHON"), _accelerator.reason
+    elif "DLBRIDGE_PURE_PYTHON" not in os.environ:
+        assert COMPILED or not _accelerator.reason.startswith("pure Python (DLBRIDGE_PURE_PYTHON"), _accelerator.reason
+
+
+def _pure_python_env() -> dict[str, str]:
+    """For a fresh interpreter on the pure-Python path (a child compares what it sees with this one)."""
+    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_FALLBACK"}
+    env["DLBRIDGE_PURE_PYTHON"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
-
-
-@pytest.mark.skipif(IN_CHILD, reason="this is the child")
-def test_the_other_path_in_a_child() -> None:
-    import subprocess
-
-    if not COMPILED and "DLBRIDGE_PURE_PYTHON is set" in _accelerator.reason:
-        pytest.skip("pure Python was asked for (DLBRIDGE_PURE_PYTHON): the compiled path is not to be run")
-    if not COMPILED:
-        pytest.skip(f"the compiled module is not built here: {_accelerator.reason}")
-    code = "import dlbridge._accelerator as a; print(a.reason)"
-    env = _other_path_env()
-    reason = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
-    assert reason.stdout.startswith("pure Python"), reason.stdout + reason.stderr
-    assert _accelerator.reason.startswith("compiled")
-    files = [str(ROOT / "tests" / "test_fast_route.py"), str(ROOT / "tests" / "test_fast_route_states.py")]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)  # fmt: skip
-    tail = (proc.stdout + proc.stderr)[-6000:]
-    assert proc.returncode == 0, f"on the pure-Python path:\n{tail}"
-    assert re.search(r"\d+ passed", proc.stdout), tail
 
 
 def test_the_path_is_the_one_reported() -> None:
@@ -240,8 +233,8 @@ def test_threads_convert_concurrently() -> None:
 def _capsules():
     """(name, capsule, read() raises CapsuleError) for the malformed cases of
     tests/test_robustness_capsules.py plus well-formed exports, legacy and versioned."""
+    from tests._capsule_cases import MALFORMED
     from tests.ctypes_producer import CtypesArray, UsedBy
-    from tests.test_robustness_capsules import MALFORMED
 
     keep = []
     for case, (overrides, _, inspect_error) in MALFORMED.items():
@@ -306,7 +299,7 @@ def _describe_here() -> dict:
 
 @pytest.mark.skipif(not COMPILED, reason="the compiled module is not loaded (the Python functions are themselves)")
 def test_route_objects_describe_themselves_like_the_functions() -> None:
-    env = _other_path_env()
+    env = _pure_python_env()
     import subprocess
 
     proc = subprocess.run([sys.executable, "-c", _DESCRIBE], capture_output=True, text=True, env=env, cwd=ROOT)

@@ -3,7 +3,8 @@ source converted twice (the second call replays what the first decided) and comp
 full pipeline gives: the same error and message, or the same type, dtype, values, identity and
 memory sharing. TensorFlow and Paddle run in a child process (import order).
 
-tests/test_fast_route.py reruns this file on the other path (pure Python / compiled).
+Every test runs on the path this process loaded and, where that is the compiled module, on pure
+Python in a child (``[pure-python]``, tests/_route_helpers.py's ``on_both_paths``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,17 @@ import pytest
 
 import dlbridge
 from dlbridge import _route
-from tests._route_helpers import aligned, counting_declines, outcome, pipeline
+from tests._route_helpers import (  # noqa: F401 - route_path: the fixture on_both_paths parametrizes
+    aligned,
+    counting_declines,
+    on_both_paths,
+    outcome,
+    pipeline,
+    route_path,
+)
 from tests.conftest import need, run_child
+
+pytest_generate_tests = on_both_paths  # [loaded] and, where the compiled module is, [pure-python]
 
 ROOT = Path(__file__).resolve().parents[1]
 TO = {"numpy": dlbridge.to_numpy, "torch": dlbridge.to_torch, "jax": dlbridge.to_jax}

@@ -9,122 +9,70 @@ could kill the interpreter (a consumer reading a malformed capsule) run in a chi
 from __future__ import annotations
 
 import gc
-import json
 from pathlib import Path
 
 import pytest
 
 import dlbridge
+from tests._capsule_cases import MALFORMED
 from tests._robust_helpers import TO, data_ptr, np, torch
 from tests.conftest import caps_of, need, run_child
 from tests.ctypes_producer import CtypesArray, UsedBy
 
-need("jax")  # the malformed-capsule child and to_jax need it
+need("jax")  # the malformed-capsule cases and to_jax need it
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# --- malformed capsules (one child process runs them all) ----------------------------------
+# --- malformed capsules (isolated: a consumer that mis-reads one could kill the process) ----------
 
-# case -> (overrides of a 16-byte float32[4] CtypesArray, error class of every to_*, inspect's)
-# inspect describes well-formed capsules it merely cannot convert (unknown codes get a descriptive
-# name); everything structurally broken is a CapsuleError everywhere.
-MALFORMED: dict[str, tuple[dict, str, str | None]] = {
-    "wrong_name": ({"name": b"dltensor_v2"}, "CapsuleError", "CapsuleError"),
-    "used_name": ({}, "CapsuleError", "CapsuleError"),  # consumed by someone else first
-    "null_data": ({"data": 0}, "CapsuleError", "CapsuleError"),
-    "ndim_negative": ({"ndim": -1}, "CapsuleError", "CapsuleError"),
-    "ndim_absurd": ({"ndim": 2**31 - 1}, "CapsuleError", "CapsuleError"),
-    "null_shape": ({"shape": None, "ndim": 2}, "CapsuleError", "CapsuleError"),
-    "negative_dim": ({"shape": (4, -1)}, "CapsuleError", "CapsuleError"),
-    "bits_zero": ({"bits": 0}, "CapsuleError", "CapsuleError"),
-    "lanes_4": ({"lanes": 4, "shape": (1,)}, "UnsupportedDtypeError", None),
-    "unknown_code": ({"code": 99}, "UnsupportedDtypeError", None),
-    "unknown_device": ({"device": (99, 0)}, "DeviceMismatchError", None),
-    "unknown_major": ({"versioned": True, "version": (2, 0)}, "CapsuleError", "CapsuleError"),
-    # Strides whose reach leaves the 64-bit address space / int64 byte offsets (torch aborts
-    # the process on these: "Storage size calculation overflowed"; NumPy wraps them silently).
-    "strides_overflow": ({"strides": (2**62,)}, "CapsuleError", "CapsuleError"),
-    "strides_below_zero": ({"strides": (-(2**61),)}, "CapsuleError", "CapsuleError"),
-    "shape_overflow": ({"shape": (2**32, 2**32)}, "CapsuleError", "CapsuleError"),
-    # A producer that ignores max_version: JAX reads only legacy capsules, so dlbridge must
-    # refuse to hand it a versioned one; torch and NumPy read both and succeed.
-    "versioned_unasked": ({"versioned": True}, "jax:CapsuleError", None),
-}
-
-_CHILD = """
-import gc, json, sys
-sys.path.insert(0, {root!r})
-import dlbridge, numpy, torch, jax  # noqa: F401
-from tests.ctypes_producer import CtypesArray, UsedBy
-
-CASES = {cases}
-ENTRIES = ["inspect", "to_torch", "to_jax", "to_numpy"]
+ENTRIES = ("inspect", "to_torch", "to_jax", "to_numpy")
 
 
 class Consumed:
-    # A producer that hands out capsules somebody else already took (renamed to used_...).
-    def __init__(self, p):
+    """A producer that hands out capsules somebody else already took (renamed to used_...)."""
+
+    def __init__(self, p: CtypesArray) -> None:
         self.p, self.users = p, []
+
     def __dlpack_device__(self):
         return self.p.__dlpack_device__()
+
     def __dlpack__(self, **kw):
         c = self.p.__dlpack__(**kw)
         self.users.append(UsedBy(c))
         return c
 
 
-def attempt(fn, x):
+def _attempt(fn, x) -> tuple[str, bool, str]:
     try:
         r = fn(x)
-    except BaseException as e:  # noqa: BLE001 - reporting what escaped is the point
-        return [type(e).__name__, isinstance(e, dlbridge.DLBridgeError), str(e)[:300]]
+    except BaseException as e:
+        return type(e).__name__, isinstance(e, dlbridge.DLBridgeError), str(e)[:300]
     del r
-    return ["ok", False, ""]
+    return "ok", False, ""
 
 
-for case, overrides in CASES.items():
-    print("START", case, flush=True)
-    p = CtypesArray.zeros(16, code=2, bits=32, shape=(4,)).with_(**overrides)
+def _run_case(case: str) -> dict:
+    """Every entry point on the case's producer and on its raw capsule; the deleter's count."""
+    p = CtypesArray.zeros(16, code=2, bits=32, shape=(4,)).with_(**MALFORMED[case][0])
     src = Consumed(p) if case == "used_name" else p
-    out = {{}}
-    for entry in ENTRIES:
-        out[entry] = attempt(getattr(dlbridge, entry), src)
-        capsule = src.__dlpack__(max_version=(1, 3))  # the same capsule, handed over raw
-        out["raw:" + entry] = attempt(getattr(dlbridge, entry), capsule)
-        del capsule
+    out = {}
     strays = CtypesArray.stray_deletes
+    for entry in ENTRIES:
+        out[entry] = _attempt(getattr(dlbridge, entry), src)
+        capsule = src.__dlpack__(max_version=(1, 3))  # the same capsule, handed over raw
+        out["raw:" + entry] = _attempt(getattr(dlbridge, entry), capsule)
+        del capsule
     for user in getattr(src, "users", ()):
         user.release()  # the other consumer is done with its capsules
     gc.collect()
-    print("RESULT", json.dumps({{"case": case, "out": out, "exports": p.exports,
-                                "deletes": p.deleter_calls, "strays": CtypesArray.stray_deletes - strays}}), flush=True)
-"""
+    return {"out": out, "exports": p.exports, "deletes": p.deleter_calls, "strays": CtypesArray.stray_deletes - strays}
 
 
-@pytest.fixture(scope="module")
-def malformed_report() -> dict:
-    cases = {name: overrides for name, (overrides, _, _) in MALFORMED.items()}
-    proc = run_child(_CHILD.format(root=str(ROOT), cases=repr(cases)), timeout=180)
-    results: dict = {"_proc": proc}
-    started = None
-    for line in proc.stdout.splitlines():
-        if line.startswith("START "):
-            started = line.split()[1]
-        elif line.startswith("RESULT "):
-            row = json.loads(line[len("RESULT ") :])
-            results[row["case"]] = row
-            started = None
-    results["_died_in"] = started
-    return results
-
-
+@pytest.mark.isolated
 @pytest.mark.parametrize("case", list(MALFORMED))
-def test_malformed_capsule(case: str, malformed_report: dict) -> None:
-    proc = malformed_report["_proc"]
-    if case not in malformed_report:
-        where = malformed_report["_died_in"]
-        pytest.fail(f"child exited {proc.returncode} while running case {where!r}:\n{proc.stderr[-2000:]}")
-    row = malformed_report[case]
+def test_malformed_capsule(case: str) -> None:
+    row = _run_case(case)
     _, to_error, inspect_error = MALFORMED[case]
     for entry, (cls, is_ours, message) in row["out"].items():
         expected = inspect_error if entry.endswith("inspect") else to_error

@@ -144,7 +144,7 @@ def ctypes_layouts(draw):
 @PROPERTY_SETTINGS
 @hypothesis.given(ctypes_layouts(), st.sampled_from(["torch", "jax", "numpy"]))
 def test_property_unknown_producer_any_strides(p: CtypesArray, target: str) -> None:
-    from tests.test_unknown_producer import expected_bytes
+    from tests._capsule_cases import expected_bytes
 
     reference = expected_bytes(p)
     r = _hop(p, target, reference)

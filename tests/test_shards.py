@@ -3,17 +3,12 @@ index, ``dlbridge.from_shards`` rebuilds the sharded array, and converting a sha
 whole is refused with a ``ProducerError`` naming both (JAX refuses DLPack for it).
 
 JAX reads ``XLA_FLAGS=--xla_force_host_platform_device_count=4`` when its backend starts, so the
-four-device cases run in a child process (once on the compiled fast route where it is built, once
-in pure Python); the parent's JAX may already have started with one device.
+four-device cases are ``isolated(env={"XLA_FLAGS": ...})``: they run in a child pytest (once on the
+compiled fast route where it is built, once in pure Python); the parent's JAX may already have
+started with one device.
 """
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -24,117 +19,56 @@ jax = need("jax")
 torch = need("torch")
 np = need("numpy")
 
-_FOUR_CPUS = """
-import json, os
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
-import jax, jax.numpy as jnp, numpy as np, torch, dlbridge
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+FOUR = "--xla_force_host_platform_device_count=4"
+# Each four-device test runs in a child pytest: on the compiled fast route where it is built
+# ([route]) and in pure Python ([pure]).
+PATHS = [
+    pytest.param("route", marks=pytest.mark.isolated(env={"XLA_FLAGS": FOUR, "DLBRIDGE_PURE_PYTHON": None})),
+    pytest.param("pure", marks=pytest.mark.isolated(env={"XLA_FLAGS": FOUR, "DLBRIDGE_PURE_PYTHON": "1"})),
+]
 
-assert len(jax.devices("cpu")) == 4, jax.devices()
-mesh1 = Mesh(np.array(jax.devices()), ("a",))
-mesh2 = Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
-out = {"compiled": dlbridge._accelerator.accel is not None}
 
-def idx(index):
+def _case(name: str):
+    """A sharded JAX array over four CPU devices (the cases of ``_CASES``, and a replicated one)."""
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    cpus = jax.devices("cpu")
+    assert len(cpus) == 4, cpus
+    mesh1, mesh2 = Mesh(np.array(cpus), ("a",)), Mesh(np.array(cpus).reshape(2, 2), ("a", "b"))
+    if name == "1d_f32":
+        return jax.device_put(jnp.arange(16, dtype=jnp.float32), NamedSharding(mesh1, P("a")))
+    if name == "2d_bf16":
+        return jax.device_put(jnp.arange(32, dtype=jnp.bfloat16).reshape(8, 4), NamedSharding(mesh2, P("a", "b")))
+    if name == "replicated":
+        return jax.device_put(jnp.arange(4.0), NamedSharding(mesh1, P()))
+    assert name == "2d_replicated_b", name
+    return jax.device_put(jnp.arange(32, dtype=jnp.float32).reshape(8, 4), NamedSharding(mesh2, P("a", None)))
+
+
+def _idx(index) -> list:
     return [[s.start, s.stop] for s in index]
 
-def ptr(a):
+
+def _ptr(a) -> int:
     if isinstance(a, torch.Tensor):
         return a.data_ptr()
     if isinstance(a, np.ndarray):
         return a.__array_interface__["data"][0]
     return a.unsafe_buffer_pointer()
 
-def values(a):
-    if isinstance(a, torch.Tensor):
-        return a.float().tolist()
-    return np.asarray(a).astype(np.float32).tolist()
 
-def err(call):
+def _values(a) -> list:
+    return a.float().tolist() if isinstance(a, torch.Tensor) else np.asarray(a).astype(np.float32).tolist()
+
+
+def _err(call) -> str:
     try:
         call()
     except dlbridge.DLBridgeError as e:
         return type(e).__name__ + ": " + str(e)
     return "no error"
-
-cases = {
-    "1d_f32": jax.device_put(jnp.arange(16, dtype=jnp.float32), NamedSharding(mesh1, P("a"))),
-    "2d_bf16": jax.device_put(jnp.arange(32, dtype=jnp.bfloat16).reshape(8, 4), NamedSharding(mesh2, P("a", "b"))),
-    "2d_replicated_b": jax.device_put(jnp.arange(32, dtype=jnp.float32).reshape(8, 4), NamedSharding(mesh2, P("a", None))),
-}
-for name, x in cases.items():
-    own = [s.data.unsafe_buffer_pointer() for s in x.addressable_shards]
-    res = {"indices": [idx(s.index) for s in x.addressable_shards], "devices": [s.device.id for s in x.addressable_shards]}
-    for to in ("torch", "numpy", "jax"):
-        parts = dlbridge.shards(x, to)
-        res[to] = {
-            "type": type(parts).__name__,
-            "indices": [idx(i) for i, _ in parts],
-            "same_memory": [ptr(a) == p for (_, a), p in zip(parts, own)],
-            "dtypes": sorted({str(a.dtype).removeprefix("torch.") for _, a in parts}),
-            "values_match": all(values(a) == values(np.asarray(x)[i]) for i, a in parts),
-        }
-        if to == "jax":
-            res[to]["devices"] = [next(iter(a.devices())).id for _, a in parts]
-        back = dlbridge.from_shards(parts, x.sharding, copy=True if to == "numpy" else None)
-        res[to]["round_trip"] = {
-            "values": bool((np.asarray(back) == np.asarray(x)).all()),
-            "sharding": back.sharding == x.sharding,
-            "dtype": str(back.dtype),
-            "shape": list(back.shape),
-            "shares_parts": [s.data.unsafe_buffer_pointer() == ptr(a) for s, (_, a) in zip(back.addressable_shards, parts)],
-        }
-    out[name] = res
-
-x = cases["1d_f32"]
-plain = jnp.arange(4, dtype=jnp.float32)
-dlbridge.to_torch(plain); dlbridge.to_torch(plain)  # the fast route has learnt ArrayImpl float32 -> torch
-out["refusals"] = {
-    "to_torch": err(lambda: dlbridge.to_torch(x)),
-    "to_torch_again": err(lambda: dlbridge.to_torch(x)),
-    "convert_numpy": err(lambda: dlbridge.convert(x, "numpy")),
-    "to_jax": err(lambda: dlbridge.to_jax(x)),
-    "inspect": err(lambda: dlbridge.inspect(x)),
-    "replicated": err(lambda: dlbridge.to_torch(jax.device_put(jnp.arange(4.0), NamedSharding(mesh1, P()))),),
-}
-try:
-    dlbridge.to_torch(x)
-except dlbridge.ProducerError as e:
-    out["refusals"]["is_buffer_error"] = isinstance(e, BufferError)
-
-y = cases["2d_replicated_b"]
-good = dlbridge.shards(y, "torch")
-f16 = [(i, t.half() if k == 1 else t) for k, (i, t) in enumerate(good)]
-out["bad"] = {
-    "missing_device": err(lambda: dlbridge.from_shards(good[:3], y.sharding)),
-    "duplicate": err(lambda: dlbridge.from_shards(good[:3] + good[:1], y.sharding)),
-    "wrong_shape": err(lambda: dlbridge.from_shards([(good[0][0], good[0][1][:2])] + good[1:], y.sharding)),
-    "mixed_dtypes": err(lambda: dlbridge.from_shards(f16, y.sharding)),
-    "given_shape_too_big": err(lambda: dlbridge.from_shards(good, y.sharding, shape=(16, 4))),
-    "not_a_sharding": err(lambda: dlbridge.from_shards(good, "cpu")),
-    "not_pairs": err(lambda: dlbridge.from_shards([t for _, t in good], y.sharding)),
-    "readonly_numpy_parts": err(lambda: dlbridge.from_shards(dlbridge.shards(y, "numpy"), y.sharding)),
-    "given_shape_ok": bool((np.asarray(dlbridge.from_shards(good, y.sharding, shape=(8, 4))) == np.asarray(y)).all()),
-}
-print(json.dumps(out))
-"""
-
-
-def _run(pure: bool) -> dict:
-    env = dict(os.environ)
-    env.pop("DLBRIDGE_PURE_PYTHON", None)
-    if pure:
-        env["DLBRIDGE_PURE_PYTHON"] = "1"
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_FOUR_CPUS)], capture_output=True, text=True, timeout=180, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="module", params=["route", "pure"])
-def four_cpus(request: pytest.FixtureRequest) -> dict:
-    return _run(pure=request.param == "pure")
 
 
 _CASES = {
@@ -153,59 +87,98 @@ _CASES = {
 }
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", sorted(_CASES))
 @pytest.mark.parametrize("to", ["torch", "numpy", "jax"])
-def test_shards_hand_over_each_shard_zero_copy_with_its_index(four_cpus: dict, case: str, to: str) -> None:
-    res, want = four_cpus[case], _CASES[case]
-    got = res[to]
-    assert res["indices"] == want["indices"] and res["devices"] == [0, 1, 2, 3], res
-    assert got["type"] == "list" and got["indices"] == want["indices"], got  # x.addressable_shards order
-    assert got["same_memory"] == [True] * 4, got  # each part is its shard's own buffer
-    assert got["dtypes"] == [want["dtype"]] and got["values_match"], got
+def test_shards_hand_over_each_shard_zero_copy_with_its_index(path: str, case: str, to: str) -> None:
+    x, want = _case(case), _CASES[case]
+    assert [_idx(s.index) for s in x.addressable_shards] == want["indices"]
+    assert [s.device.id for s in x.addressable_shards] == [0, 1, 2, 3]
+    own = [s.data.unsafe_buffer_pointer() for s in x.addressable_shards]
+    parts = dlbridge.shards(x, to)
+    assert type(parts) is list and [_idx(i) for i, _ in parts] == want["indices"]  # x.addressable_shards order
+    assert [_ptr(a) == p for (_, a), p in zip(parts, own)] == [True] * 4  # each part is its shard's own buffer
+    assert {str(a.dtype).removeprefix("torch.") for _, a in parts} == {want["dtype"]}
+    assert all(_values(a) == _values(np.asarray(x)[i]) for i, a in parts)
     if to == "jax":
-        assert got["devices"] == [0, 1, 2, 3], got  # each JAX part stays on its shard's device
+        assert [next(iter(a.devices())).id for _, a in parts] == [0, 1, 2, 3]  # each stays on its device
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", sorted(_CASES))
 @pytest.mark.parametrize("to", ["torch", "numpy", "jax"])
-def test_from_shards_rebuilds_the_sharded_array(four_cpus: dict, case: str, to: str) -> None:
-    back, want = four_cpus[case][to]["round_trip"], _CASES[case]
-    assert back["values"] and back["sharding"], back
-    assert back["dtype"] == want["dtype"] and back["shape"] == want["shape"], back
+def test_from_shards_rebuilds_the_sharded_array(path: str, case: str, to: str) -> None:
+    x, want = _case(case), _CASES[case]
+    parts = dlbridge.shards(x, to)
+    back = dlbridge.from_shards(parts, x.sharding, copy=True if to == "numpy" else None)
+    assert (np.asarray(back) == np.asarray(x)).all() and back.sharding == x.sharding
+    assert str(back.dtype) == want["dtype"] and list(back.shape) == want["shape"]
     # torch and JAX parts are shared (aligned CPU memory); read-only NumPy parts need copy=True.
-    assert back["shares_parts"] == [to != "numpy"] * 4, back
+    shared = [s.data.unsafe_buffer_pointer() == _ptr(a) for s, (_, a) in zip(back.addressable_shards, parts)]
+    assert shared == [to != "numpy"] * 4
 
 
-def test_converting_a_sharded_array_whole_is_refused_naming_shards_and_a_gathered_copy(four_cpus: dict) -> None:
-    r = four_cpus["refusals"]
-    for key in ("to_torch", "to_torch_again", "convert_numpy", "to_jax", "inspect"):
-        assert r[key].startswith("ProducerError: the JAX array (float32[16]) is sharded over 4 devices"), (key, r[key])
-        assert "jax.device_get(x) / np.asarray(x)" in r[key] and "dlbridge.from_shards(parts, x.sharding)" in r[key]
+@pytest.mark.parametrize("path", PATHS)
+def test_converting_a_sharded_array_whole_is_refused_naming_shards_and_a_gathered_copy(path: str) -> None:
+    import jax.numpy as jnp
+
+    x = _case("1d_f32")
+    plain = jnp.arange(4, dtype=jnp.float32)
+    dlbridge.to_torch(plain), dlbridge.to_torch(plain)  # the fast route has learnt ArrayImpl float32 -> torch
+    r = {
+        "to_torch": _err(lambda: dlbridge.to_torch(x)),
+        "to_torch_again": _err(lambda: dlbridge.to_torch(x)),
+        "convert_numpy": _err(lambda: dlbridge.convert(x, "numpy")),
+        "to_jax": _err(lambda: dlbridge.to_jax(x)),
+        "inspect": _err(lambda: dlbridge.inspect(x)),
+    }
+    for key, message in r.items():
+        assert message.startswith("ProducerError: the JAX array (float32[16]) is sharded over 4 devices"), (
+            key,
+            message,
+        )
+        assert "jax.device_get(x) / np.asarray(x)" in message and "dlbridge.from_shards(parts, x.sharding)" in message
     # The fast route (once it has learnt ArrayImpl float32 -> torch) declines; the pipeline refuses.
     assert 'dlbridge.shards(x, "torch")' in r["to_torch"] and r["to_torch_again"] == r["to_torch"]
     assert 'dlbridge.shards(x, "numpy")' in r["convert_numpy"] and 'dlbridge.shards(x, "jax")' in r["to_jax"]
-    assert r["replicated"].startswith("ProducerError: the JAX array (float32[4]) is replicated on 4 devices")
-    assert "x.addressable_data(0)" in r["replicated"]
-    assert r["is_buffer_error"]
+    replicated = _err(lambda: dlbridge.to_torch(_case("replicated")))
+    assert replicated.startswith("ProducerError: the JAX array (float32[4]) is replicated on 4 devices")
+    assert "x.addressable_data(0)" in replicated
+    with pytest.raises(BufferError):
+        dlbridge.to_torch(x)
 
 
-def test_the_route_child_ran_compiled_where_it_is_built(four_cpus: dict, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_the_child_runs_the_path_it_was_given(path: str) -> None:
+    import importlib.util
+
     from dlbridge import _accelerator
 
-    pure = request.node.callspec.params["four_cpus"] == "pure"
-    if (
-        not pure
-        and _accelerator.accel is None
-        and _accelerator.reason.startswith(f"pure Python ({_accelerator.ENV_VAR}=")
-    ):
-        import importlib.util  # this process was asked for pure Python; the route child was not: is it built?
-
-        built = importlib.util.find_spec("dlbridge._accel") is not None
-        assert four_cpus["compiled"] is built
-        return
-    assert four_cpus["compiled"] is (False if pure else _accelerator.accel is not None)
+    if path == "pure":
+        assert _accelerator.accel is None and _accelerator.reason.startswith("pure Python (DLBRIDGE_PURE_PYTHON")
+    else:  # compiled wherever it is built
+        assert (_accelerator.accel is not None) is (importlib.util.find_spec("dlbridge._accel") is not None)
 
 
+def _bad(key: str) -> str:
+    """What ``from_shards`` says for a bad input (``key``), over a sharded float32[8, 4]."""
+    y = _case("2d_replicated_b")
+    good = dlbridge.shards(y, "torch")
+    f16 = [(i, t.half() if k == 1 else t) for k, (i, t) in enumerate(good)]
+    calls = {
+        "missing_device": lambda: dlbridge.from_shards(good[:3], y.sharding),
+        "duplicate": lambda: dlbridge.from_shards(good[:3] + good[:1], y.sharding),
+        "wrong_shape": lambda: dlbridge.from_shards([(good[0][0], good[0][1][:2]), *good[1:]], y.sharding),
+        "mixed_dtypes": lambda: dlbridge.from_shards(f16, y.sharding),
+        "given_shape_too_big": lambda: dlbridge.from_shards(good, y.sharding, shape=(16, 4)),
+        "not_a_sharding": lambda: dlbridge.from_shards(good, "cpu"),
+        "not_pairs": lambda: dlbridge.from_shards([t for _, t in good], y.sharding),
+        "readonly_numpy_parts": lambda: dlbridge.from_shards(dlbridge.shards(y, "numpy"), y.sharding),
+    }
+    return _err(calls[key])
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize(
     ("key", "kind", "says"),
     [
@@ -219,13 +192,16 @@ def test_the_route_child_ran_compiled_where_it_is_built(four_cpus: dict, request
         ("readonly_numpy_parts", "ReadOnlyError", "pass copy=True"),
     ],
 )
-def test_from_shards_names_what_is_wrong(four_cpus: dict, key: str, kind: str, says: str) -> None:
-    msg = four_cpus["bad"][key]
+def test_from_shards_names_what_is_wrong(path: str, key: str, kind: str, says: str) -> None:
+    msg = _bad(key)
     assert msg.startswith(kind + ": ") and says in msg, msg
 
 
-def test_from_shards_takes_the_global_shape(four_cpus: dict) -> None:
-    assert four_cpus["bad"]["given_shape_ok"]
+@pytest.mark.parametrize("path", PATHS)
+def test_from_shards_takes_the_global_shape(path: str) -> None:
+    y = _case("2d_replicated_b")
+    good = dlbridge.shards(y, "torch")
+    assert (np.asarray(dlbridge.from_shards(good, y.sharding, shape=(8, 4))) == np.asarray(y)).all()
 
 
 # --- in this process (JAX may have one CPU device) --------------------------------------------

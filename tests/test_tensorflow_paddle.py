@@ -4,15 +4,13 @@ Paddle's device tuple, importing paddle after tensorflow).
 
 Importing tensorflow before paddle crashes the process (tensorflow 2.21.0, paddlepaddle 3.3.1),
 and pytest's order of files is not ours to promise (``-k``, explicit file lists, plugins). So the
-tests run in one child pytest that collects this file alone and imports paddle first;
-``test_tensorflow_and_paddle_in_a_child_process`` starts it. The parent imports neither.
+framework tests are ``isolated(imports=("paddle", "tensorflow"))``: one child pytest runs them and
+imports paddle first; each reports its own outcome. The parent imports neither.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import warnings
 from typing import Any
 
 import numpy as np
@@ -20,18 +18,11 @@ import pytest
 
 import dlbridge
 from tests._arrays import apply_layout, base_shape, bits, layout_of, reference, torch_from
-from tests.conftest import need, run_child, run_child_pytest
+from tests.conftest import need, run_child
 
-IN_CHILD = os.environ.get("DLBRIDGE_TFPD_CHILD") == "1"
-child_only = pytest.mark.skipif(not IN_CHILD, reason="runs in a child process via test_..._in_a_child_process")
-HAVE = {m: importlib.util.find_spec(m) is not None for m in ("paddle", "tensorflow", "torch", "jax")}
-
-if IN_CHILD:
-    with warnings.catch_warnings():  # import-time chatter (paddle: "No ccache found")
-        warnings.simplefilter("ignore")
-        for _name in ("paddle", "tensorflow"):  # this order: the other one crashes the process
-            if HAVE[_name]:
-                importlib.import_module(_name)
+HAVE = {m: importlib.util.find_spec(m) is not None for m in ("paddle", "tensorflow")}
+# In a child that imports paddle first: the other order crashes the process.
+in_a_child = pytest.mark.isolated(imports=("paddle", "tensorflow"))
 
 NEW = ("tensorflow", "paddle")
 OTHERS = ("torch", "numpy", "jax")
@@ -161,7 +152,7 @@ def _expect_refusal(producer: str, consumer: str, dtype: str) -> str | None:
     return None
 
 
-@child_only
+@in_a_child
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("producer", "consumer"), PAIRS, ids=[f"{p}-{c}" for p, c in PAIRS])
@@ -215,7 +206,7 @@ def _row_major(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
 # --- fallbacks, layouts and quirks -------------------------------------------------------------
 
 
-@child_only
+@in_a_child
 @pytest.mark.parametrize("dtype", FP8)
 def test_float8_to_tensorflow_view_is_zero_copy_and_comes_back_as_float8(dtype: str) -> None:
     torch = need("torch")
@@ -230,7 +221,7 @@ def test_float8_to_tensorflow_view_is_zero_copy_and_comes_back_as_float8(dtype: 
     np.testing.assert_array_equal(bits(arr), bits(expected))
 
 
-@child_only
+@in_a_child
 def test_float8_to_tensorflow_upcast_gives_equal_float32_values() -> None:
     need("torch")
     need("tensorflow")
@@ -240,7 +231,7 @@ def test_float8_to_tensorflow_upcast_gives_equal_float32_values() -> None:
     np.testing.assert_array_equal(out.numpy(), expected.astype(np.float32))
 
 
-@child_only
+@in_a_child
 def test_float8_paddle_cannot_hold_goes_by_fallback() -> None:
     """e4m3fnuz: paddle has no such dtype; view = zero-copy uint8, upcast = equal float32 values."""
     torch = need("torch")
@@ -255,7 +246,7 @@ def test_float8_paddle_cannot_hold_goes_by_fallback() -> None:
     assert dtype_of("paddle", up) == "float32" and up.numpy().tolist() == [1.0, -2.0, 0.5]
 
 
-@child_only
+@in_a_child
 def test_transposed_source_to_tensorflow_copy_false_raises_layout_error() -> None:
     need("tensorflow")
     src, _ = make_source("numpy", "float32", "transposed")
@@ -263,7 +254,7 @@ def test_transposed_source_to_tensorflow_copy_false_raises_layout_error() -> Non
         dlbridge.to_tensorflow(src, copy=False)
 
 
-@child_only
+@in_a_child
 @pytest.mark.parametrize("dtype", ["uint8", "bfloat16", "complex128", "bool"])
 def test_misaligned_cpu_data_reaches_tensorflow_as_an_aligned_copy(dtype: str) -> None:
     """TF would share it, then abort the process in its first op ("Check failed: IsAligned()")."""
@@ -284,7 +275,7 @@ def test_misaligned_cpu_data_reaches_tensorflow_as_an_aligned_copy(dtype: str) -
         dlbridge.to_tensorflow(a, copy=False)
 
 
-@child_only
+@in_a_child
 @pytest.mark.parametrize("consumer", NEW)
 def test_negative_strides_are_copied_densely(consumer: str) -> None:
     """TF refuses them; paddle 3.3.1 computes a 2**64-byte size (MemoryError): both get a copy."""
@@ -295,7 +286,7 @@ def test_negative_strides_are_copied_densely(consumer: str) -> None:
     assert ptr(consumer, out) != dlbridge.inspect(a).data_ptr
 
 
-@child_only
+@in_a_child
 @pytest.mark.parametrize("producer", ("numpy", "torch"))
 @pytest.mark.parametrize("consumer", NEW)
 def test_writes_are_visible_through_zero_copy(producer: str, consumer: str) -> None:
@@ -307,7 +298,7 @@ def test_writes_are_visible_through_zero_copy(producer: str, consumer: str) -> N
     assert float(host(consumer, out)[0, 0]) == 5.5
 
 
-@child_only
+@in_a_child
 def test_readonly_numpy_to_paddle_is_refused_or_copied() -> None:
     """paddle ignores DLPack's READ_ONLY flag and writes through (paddlepaddle 3.3.1)."""
     need("paddle")
@@ -320,7 +311,7 @@ def test_readonly_numpy_to_paddle_is_refused_or_copied() -> None:
     assert a[0] == 0.0 and out.data_ptr() != a.ctypes.data
 
 
-@child_only
+@in_a_child
 def test_readonly_numpy_to_tensorflow_copy_true_works() -> None:
     need("tensorflow")
     a = np.arange(4.0)
@@ -330,7 +321,7 @@ def test_readonly_numpy_to_tensorflow_copy_true_works() -> None:
     assert ptr("tensorflow", out) != a.ctypes.data
 
 
-@child_only
+@in_a_child
 def test_paddle_cpu_device_tuple_with_none_id_is_read_as_cpu_0() -> None:
     paddle = need("paddle")
     t = paddle.to_tensor([1.0, 2.0])
@@ -340,7 +331,7 @@ def test_paddle_cpu_device_tuple_with_none_id_is_read_as_cpu_0() -> None:
     assert out.ctypes.data == t.data_ptr()
 
 
-@child_only
+@in_a_child
 def test_dense_copy_of_a_strided_paddle_tensor_leaves_it_a_view() -> None:
     """paddle's Tensor.contiguous() rewrites the tensor itself in place; dlbridge must not."""
     paddle = need("paddle")
@@ -352,7 +343,7 @@ def test_dense_copy_of_a_strided_paddle_tensor_leaves_it_a_view() -> None:
     np.testing.assert_array_equal(out.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4).T)
 
 
-@child_only
+@in_a_child
 def test_paddle_tensor_that_requires_grad_is_refused_naming_detach_and_kept_by_paddle() -> None:
     paddle = need("paddle")
     t = paddle.to_tensor([1.0, 2.0], stop_gradient=False)
@@ -365,7 +356,7 @@ def test_paddle_tensor_that_requires_grad_is_refused_naming_detach_and_kept_by_p
     assert dlbridge.to_paddle(t) is t  # paddle -> paddle: the graph is kept
 
 
-@child_only
+@in_a_child
 def test_tensorflow_float8_source_reaches_paddle_zero_copy() -> None:
     """TF's own export refuses float8; dlbridge shares its bytes relabelled (more in test_tensorflow_dtypes.py)."""
     tf = need("tensorflow")
@@ -377,7 +368,7 @@ def test_tensorflow_float8_source_reaches_paddle_zero_copy() -> None:
     np.testing.assert_array_equal(bits(host("paddle", out)), bits(ref))
 
 
-@child_only
+@in_a_child
 def test_paddle_uint16_refusal_says_why_and_what_to_pass() -> None:
     paddle = need("paddle")
     src = np.array([1, 2, 40000], dtype=np.uint16)
@@ -394,7 +385,7 @@ def test_paddle_uint16_refusal_says_why_and_what_to_pass() -> None:
     assert dlbridge.to_paddle(src.astype(np.int32)).numpy().tolist() == [1, 2, 40000]
 
 
-@child_only
+@in_a_child
 @pytest.mark.parametrize("to", ["tensorflow", "tf", "paddle", "paddlepaddle", "module"])
 def test_convert_accepts_names_aliases_and_modules(to: str) -> None:
     need("torch")
@@ -406,7 +397,7 @@ def test_convert_accepts_names_aliases_and_modules(to: str) -> None:
     np.testing.assert_array_equal(bits(host(target, out)), bits(expected))
 
 
-@child_only
+@in_a_child
 @pytest.mark.parametrize("framework", NEW)
 def test_guard_converts_arguments_to_the_framework(framework: str) -> None:
     need("torch")
@@ -424,7 +415,7 @@ def test_guard_converts_arguments_to_the_framework(framework: str) -> None:
     assert out.data_ptr() == src.data_ptr() and out.dtype == src.dtype  # back as torch, same memory
 
 
-@child_only
+@in_a_child
 @pytest.mark.parametrize("framework", NEW)
 def test_adapter_report_hooks_round_trip_exact_bits(framework: str) -> None:
     """make_array / dtype_str / host_bytes / to_host: what the report and benchmarks build on."""
@@ -449,31 +440,6 @@ def test_adapter_report_hooks_round_trip_exact_bits(framework: str) -> None:
 # --- run in the parent -----------------------------------------------------------------------
 
 
-def _child_test_count() -> int | None:
-    """Tests the child must pass when the whole stack is installed (None: some framework is not,
-    and its tests skip in the child with the reason)."""
-    if not all(HAVE.values()):
-        return None
-    cells = 0
-    for p, c in PAIRS:
-        for dtype in DTYPES:
-            paddle_u16 = p == "paddle" and dtype == "uint16"
-            jax_int64 = "jax" in (p, c) and dtype == "int64"  # x64 is off in the child
-            cells += 0 if paddle_u16 or jax_int64 else len(LAYOUTS)
-    # fp8 view 2, upcast 1, layout error 1, misaligned 4, negative strides 2, writes 4,
-    # read-only 2, device 1, strided paddle 1, detach 1, TF fp8 source 1, paddle uint16 1,
-    # convert names 5, guard 2, adapter hooks 2, paddle fp8 fallbacks 1.
-    return cells + 31
-
-
-@pytest.mark.skipif(IN_CHILD, reason="this is the child")
-def test_tensorflow_and_paddle_in_a_child_process(tmp_path: Any) -> None:
-    if not (HAVE["tensorflow"] or HAVE["paddle"]):
-        pytest.skip("neither tensorflow nor paddle is installed")
-    run_child_pytest(__file__, "DLBRIDGE_TFPD_CHILD", _child_test_count(), tmp_path, keyword="")
-
-
-@pytest.mark.skipif(IN_CHILD, reason="this is the child")
 def test_to_paddle_after_tensorflow_refuses_instead_of_crashing() -> None:
     if not (HAVE["tensorflow"] and HAVE["paddle"]):
         pytest.skip("needs tensorflow and paddle")
@@ -493,7 +459,6 @@ def test_to_paddle_after_tensorflow_refuses_instead_of_crashing() -> None:
     assert "paddle imported: False" in proc.stdout
 
 
-@pytest.mark.skipif(IN_CHILD, reason="this is the child")
 def test_registry_lists_paddle_before_tensorflow() -> None:
     """Code importing the frameworks in registry order (report workers, doctor) must not crash."""
     from dlbridge._adapters import ADAPTERS

@@ -13,6 +13,7 @@ import zlib
 import pytest
 
 import dlbridge
+from tests._capsule_cases import expected_bytes
 from tests.conftest import caps_of, need
 from tests.ctypes_producer import DTYPES, CtypesArray
 
@@ -56,21 +57,6 @@ def make(name: str, layout: str, seed: int = 0) -> CtypesArray:
         offset = JAX_ALIGN // itemsize(name)
         n = offset + 12
     return CtypesArray.from_bytes(raw_bytes(name, n, seed), name, shape, strides, offset * itemsize(name))
-
-
-def expected_bytes(p: CtypesArray) -> bytes:
-    """The logical C-order contents, gathered from the producer's raw bytes with NumPy."""
-    f = p.fields
-    size = f.bits * f.lanes // 8
-    shape = f.shape or ()
-    strides = f.strides
-    if strides is None:
-        strides, step = (), 1
-        for d in reversed(shape):
-            strides, step = (step, *strides), step * d
-    words = np.frombuffer(p.read_bytes(), dtype=f"V{size}")[f.byte_offset // size :]
-    view = np.lib.stride_tricks.as_strided(words, shape, tuple(s * size for s in strides), writeable=False)
-    return np.ascontiguousarray(view).tobytes()
 
 
 def result_bytes(consumer: str, r) -> bytes:
