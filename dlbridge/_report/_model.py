@@ -48,6 +48,7 @@ class Cell:
     layout: str = "dense"  # or one of _cases.LAYOUTS: a transposed or read-only view as the source
     predicted_readonly: bool | None = None  # layout cells: whether a native result is read-only
     predicted_dlbridge: str | None = None  # layout cells: "ok", "copy", "readonly" or "ReadOnlyError"
+    readonly_source: bool = False  # a dense cell of a producer whose every array is read-only (Arrow's)
 
     @property
     def key(self) -> tuple[str, str, str, str, str]:
@@ -136,7 +137,7 @@ class Cell:
             "view": v.as_dict(),
             "table_predicts": self.predicted,
             "table_disagrees": self.disagreement(),
-            **({} if self.layout == "dense" else {
+            **({} if self.layout == "dense" and not self.readonly_source else {
                 "layout": self.layout,
                 "native_readonly": n.readonly,
                 "dlbridge_readonly": d.readonly,

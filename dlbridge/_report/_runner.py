@@ -151,8 +151,8 @@ def _cells(hello: dict[str, Any], frameworks: list[str], dtypes: list[str] | Non
                 not_made.append({"producer": fw, "producer_device": dev, "dtype": dtype, "why": why})
                 continue
             for consumer in consumers:
-                cell = Cell(fw, dev, consumer, dtype)
-                if key in readonly:  # every array of this producer is read-only: judged as such
+                cell = Cell(fw, dev, consumer, dtype, readonly_source=key in readonly)
+                if cell.readonly_source:  # every array of this producer is read-only: judged as such
                     predict_layout(cell, hello["caps"], hello["device_codes"], readonly_source=True)
                 else:
                     cell.predicted = predict(cell, hello["caps"], hello["device_codes"])
@@ -204,7 +204,6 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
         config["frameworks"] = frameworks
         dense, not_made, dtypes = _cells(hello, frameworks, dtypes)
         cells = dense + _layout_cells(hello, frameworks)
-        readonly = set(hello.get("readonly_sources", ()))
         tasks = deque(
             {
                 "id": i * len(ATTEMPTS) + j,
@@ -213,7 +212,7 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
                 "consumer": c.consumer,
                 "dtype": c.dtype,
                 "layout": c.layout,
-                "readonly": f"{c.producer}:{c.producer_device}" in readonly,
+                "readonly": c.readonly_source,
                 "attempt": a,
             }
             for i, c in enumerate(cells)
