@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import struct
 import sys
+from collections import ChainMap
 from typing import Any, NamedTuple
 
 from .._adapters import ADAPTERS, PRODUCER_ONLY, Adapter
@@ -22,8 +23,9 @@ __all__ = ["FRAMEWORKS", "CONSUMERS", "REPORTED", "DEVICES", "BASE_DTYPES", "ins
            "LAYOUTS", "LAYOUT_DTYPE", "layout_ref", "SUBBYTE_DTYPES", "fp4_codes"]  # fmt: skip
 
 # Every framework the report probes: the registry's (producers and consumers), then the frameworks
-# dlbridge only reads arrays from (producers only: rows of the matrix, never columns).
-REPORTED: dict[str, Adapter] = {**ADAPTERS, **{a.name: a for a in PRODUCER_ONLY if a.name not in ADAPTERS}}
+# dlbridge only reads arrays from (producers only: rows of the matrix, never columns). A live view:
+# adapters registered later are found too; it iterates the registry's first.
+REPORTED: ChainMap[str, Adapter] = ChainMap({a.name: a for a in PRODUCER_ONLY if a.name not in ADAPTERS}, ADAPTERS)
 FRAMEWORKS: tuple[str, ...] = tuple(REPORTED)
 CONSUMERS: tuple[str, ...] = tuple(ADAPTERS)
 DEVICES = ("cpu", "cuda")
