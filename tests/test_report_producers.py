@@ -109,16 +109,15 @@ def test_a_flipped_numpy_row_shows_up_in_the_arrow_row_from_a_real_probe():
     cell = _probe("numpy")
     assert (cell.native.status, cell.native.readonly, cell.native.zero_copy) == ("ok", True, True)
     assert (cell.dlbridge.status, cell.dlbridge.readonly, cell.dlbridge.zero_copy) == ("ok", True, True)
-    predict_layout(cell, _caps(numpy={}), {"cpu": 1}, readonly_source=True)
+    predict_layout(cell, _caps(numpy={}), {"cpu": 1})
     assert (cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge) == ("ok", True, "readonly")
     assert cell.disagreement() is None
     # a table whose NumPy rows say it cannot hold read-only arrays: dlbridge would refuse, the probe converted
-    predict_layout(cell, _caps(numpy={"readonly_arrays": False, "readonly_imports": False}), {"cpu": 1},
-                   readonly_source=True)  # fmt: skip
+    predict_layout(cell, _caps(numpy={"readonly_arrays": False, "readonly_imports": False}), {"cpu": 1})  # fmt: skip
     assert "refuses it (ReadOnlyError)" in cell.disagreement()
     # a table whose NumPy rows leave out float32: the native import it saw is flagged
     imports = ADAPTERS["numpy"].capabilities().imports - {"float32"}
-    predict_layout(cell, _caps(numpy={"imports": imports}), {"cpu": 1}, readonly_source=True)
+    predict_layout(cell, _caps(numpy={"imports": imports}), {"cpu": 1})
     assert "does not import it; probe: from_dlpack returned the right values" in cell.disagreement()
 
 
@@ -128,9 +127,9 @@ def test_a_flipped_torch_row_shows_up_in_the_arrow_row_from_a_real_probe():
     cell = _probe("torch")
     assert cell.dlbridge.status == "error" and cell.dlbridge.clean
     assert (cell.dlbridge.error or "").startswith("ReadOnlyError")
-    predict_layout(cell, _caps(torch={}), {"cpu": 1}, readonly_source=True)
+    predict_layout(cell, _caps(torch={}), {"cpu": 1})
     assert cell.predicted_dlbridge == "ReadOnlyError" and cell.disagreement() is None
-    predict_layout(cell, _caps(torch={"readonly_arrays": True}), {"cpu": 1}, readonly_source=True)  # a made-up row
+    predict_layout(cell, _caps(torch={"readonly_arrays": True}), {"cpu": 1})  # a made-up row
     # both halves are flagged: torch's own import gave a writable tensor, and dlbridge refused
     assert "torch makes a read-only array of it; probe: from_dlpack returned a writable one" in cell.disagreement()
     assert "converts it to a read-only array for torch; probe: error: ReadOnlyError" in cell._dlbridge_disagreement()

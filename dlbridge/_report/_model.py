@@ -252,15 +252,14 @@ def predict(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> s
     return "crash" if c["crashes_on_reject"] else "error"
 
 
-def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int], *,
-                   readonly_source: bool = False) -> None:  # fmt: skip
+def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> None:
     """Fill in what the table says about a layout cell, only where a row speaks to it.
 
     Native: transposed, the consumer takes the strided capsule unless ``row_major_only`` (whose
     from_dlpack of an array may take another path: not predicted); read-only, ``readonly_arrays`` (or
     ``readonly_imports``) give a read-only result. dlbridge: what ``decide`` makes of the capsule
-    (``_dlbridge_layout``). No row: no prediction. ``readonly_source``: a dense cell of a producer
-    whose every array is read-only (Arrow's), judged as a read-only source of its dtype.
+    (``_dlbridge_layout``). No row: no prediction. A dense cell of a producer whose every array is
+    read-only (``Cell.readonly_source``) is judged as a read-only source of its dtype.
     """
     c = caps.get(cell.consumer)
     cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge = predict(cell, caps, device_codes), None, None
@@ -269,7 +268,7 @@ def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int
     readonly = c["readonly_arrays"] or c["readonly_imports"]
     if cell.layout == "transposed":
         cell.predicted = None if c["row_major_only"] else "ok"
-    elif cell.layout == "readonly" or readonly_source:
+    elif cell.layout == "readonly" or cell.readonly_source:
         cell.predicted = "ok" if readonly else None
         cell.predicted_readonly = True if readonly else None
     cell.predicted_dlbridge = _dlbridge_layout(cell, capabilities_of(c))
@@ -285,7 +284,7 @@ def _dlbridge_layout(cell: Cell, caps: Capabilities) -> str | None:
     from ._cases import REPORTED
 
     shape, strides = ((6, 4), (1, 6)) if cell.layout == "transposed" else ((4, 6), None)
-    readonly = cell.layout != "transposed"  # a read-only view, or a read-only producer's dense array
+    readonly = cell.layout == "readonly" or cell.readonly_source
     if readonly and not caps.versioned_capsules:
         return "ReadOnlyError"  # the export: a legacy capsule cannot say read-only, so producers refuse one
     d = BY_NAME[cell.dtype]

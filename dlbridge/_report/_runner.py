@@ -153,7 +153,7 @@ def _cells(hello: dict[str, Any], frameworks: list[str], dtypes: list[str] | Non
             for consumer in consumers:
                 cell = Cell(fw, dev, consumer, dtype, readonly_source=key in readonly)
                 if cell.readonly_source:  # every array of this producer is read-only: judged as such
-                    predict_layout(cell, hello["caps"], hello["device_codes"], readonly_source=True)
+                    predict_layout(cell, hello["caps"], hello["device_codes"])
                 else:
                     cell.predicted = predict(cell, hello["caps"], hello["device_codes"])
                 cells.append(cell)
