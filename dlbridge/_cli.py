@@ -35,6 +35,7 @@ them. Imports no framework and probes nothing: fast, safe on a broken stack."""
 def _parser(prog: str) -> argparse.ArgumentParser:
     from . import __version__
     from ._adapters import ADAPTERS, HOST
+    from ._report._cases import FRAMEWORKS
 
     names = ", ".join(a.display or a.name for a in ADAPTERS.values())
     parser = argparse.ArgumentParser(
@@ -48,8 +49,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     rep.add_argument("--out", metavar="PATH", help="write the Markdown matrix here (default: standard output)")
     rep.add_argument("--json", metavar="PATH", help="also write the cells as JSON here")
     rep.add_argument("--svg", metavar="PATH", help="also write a picture of the matrix (a self-contained SVG) here")
+    only = [n for n in FRAMEWORKS if n not in ADAPTERS]
     rep.add_argument("--frameworks", metavar="LIST",
-                     help=f"comma-separated, from: {', '.join(ADAPTERS)} (default: every installed one)")  # fmt: skip
+                     help=f"comma-separated, from: {', '.join(FRAMEWORKS)} (default: every installed one)"
+                          + (f"; {', '.join(only)}: a producer only (rows of the matrix, no column)" if only else ""))  # fmt: skip
     rep.add_argument(
         "--devices", metavar="LIST", help="comma-separated, from: cpu, cuda (default: every available one)"
     )
@@ -83,9 +86,9 @@ conversion raises. Nothing is converted. Example: dlbridge explain {producer} bf
 
 
 def _explain_parser(exp: argparse.ArgumentParser) -> None:
-    from ._adapters import ADAPTERS
+    from ._report._cases import FRAMEWORKS
 
-    exp.add_argument("producer", help=f"the framework that makes the array ({', '.join(ADAPTERS)})")
+    exp.add_argument("producer", help=f"the framework that makes the array ({', '.join(FRAMEWORKS)})")
     exp.add_argument("dtype", help="its dtype: a name or short name (bfloat16, bf16, e4m3fn, float32, ...)")
     exp.add_argument("consumer", help="the framework it is handed to")
     exp.add_argument("--layout", choices=("dense", "transposed", "readonly"), default="dense",
@@ -102,17 +105,17 @@ def _explain(args: argparse.Namespace) -> int:
     from ._adapters import ADAPTERS
     from ._dtypes import ALIASES, BY_NAME
     from ._explain import explain
-    from ._report._cases import import_order, installed_frameworks, make_source, reference
+    from ._report._cases import REPORTED, import_order, installed_frameworks, make_source, reference
 
-    aliases = {alias: a.name for a in ADAPTERS.values() for alias in (a.module, *a.aliases)}
-    producer = _one(args.producer, list(ADAPTERS), "framework", aliases)
+    aliases = {alias: a.name for a in REPORTED.values() for alias in (a.module, *a.aliases)}
+    producer = _one(args.producer, list(REPORTED), "framework", aliases)
     consumer = _one(args.consumer, list(ADAPTERS), "framework", aliases)
     dtype = _one(args.dtype, list(BY_NAME), "dtype", ALIASES)
     missing = [f for f in (producer, consumer) if f not in installed_frameworks()]
     if missing:
         raise UsageError(f"{', '.join(missing)} not installed here")
     for name in import_order([producer, consumer]):  # an order that cannot crash the process
-        __import__(ADAPTERS[name].module)
+        __import__(REPORTED[name].module)
     try:
         src = make_source(producer, args.device, reference(dtype), args.layout)
     except Exception as err:
@@ -156,10 +159,10 @@ def _one(text: str, valid: Sequence[str], what: str, aliases: dict[str, str]) ->
 def _selection(args: argparse.Namespace) -> tuple[list[str], list[str], list[str] | None]:
     from ._adapters import ADAPTERS
     from ._dtypes import ALIASES, BY_NAME
-    from ._report._cases import DEVICES, FRAMEWORKS, install_hint, installed_frameworks
+    from ._report._cases import DEVICES, FRAMEWORKS, REPORTED, install_hint, installed_frameworks
 
     installed = installed_frameworks()
-    aliases = {alias: a.name for a in ADAPTERS.values() for alias in (a.module, *a.aliases)}
+    aliases = {alias: a.name for a in REPORTED.values() for alias in (a.module, *a.aliases)}
     frameworks = _names(args.frameworks, FRAMEWORKS, "framework", aliases)
     missing = [f for f in frameworks or () if f not in installed]
     if missing:
@@ -172,6 +175,9 @@ def _selection(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
             f"none of {', '.join(FRAMEWORKS)} is installed, so there is nothing to probe; install the frameworks "
             f"you use, e.g. {install_hint(FRAMEWORKS[:1])} (extras: {', '.join(a.extra for a in ADAPTERS.values())})"
         )
+    if not any(f in ADAPTERS for f in frameworks or installed):
+        raise UsageError(f"{', '.join(frameworks or installed)}: producers only, so nothing would receive their "
+                         f"arrays; add a consumer from: {', '.join(ADAPTERS)}")  # fmt: skip
     devices = _names(args.devices, DEVICES, "device", {"gpu": "cuda"}) or list(DEVICES)
     dtypes = _names(args.dtypes, list(BY_NAME), "dtype", ALIASES)
     return frameworks or installed, devices, dtypes

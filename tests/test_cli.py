@@ -15,7 +15,7 @@ import pytest
 import dlbridge
 from dlbridge._adapters import ADAPTERS
 from dlbridge._cli import main
-from dlbridge._report._cases import installed_frameworks
+from dlbridge._report._cases import REPORTED, installed_frameworks
 from dlbridge._report._doctor import hazards, installed_versions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,18 +33,18 @@ def _python(*args: str, timeout: float = 60, block: str = "") -> subprocess.Comp
 
 def _dist_version(name: str) -> str:
     """The installed version of a framework, from the first of its adapter's distributions found."""
-    for dist in ADAPTERS[name].distributions:
+    for dist in REPORTED[name].distributions:
         try:
             return metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
-    return next(metadata.version(d) for d in metadata.packages_distributions()[ADAPTERS[name].module])
+    return next(metadata.version(d) for d in metadata.packages_distributions()[REPORTED[name].module])
 
 
 @pytest.mark.parametrize(
     ("option", "bad", "valid"),
     [
-        ("--frameworks", "theano", "valid frameworks: " + ", ".join(ADAPTERS)),
+        ("--frameworks", "theano", "valid frameworks: " + ", ".join(REPORTED)),
         ("--devices", "tpu", "valid devices: cpu, cuda"),
         ("--dtypes", "float32,bfloat17", "bfloat16"),
     ],
@@ -95,7 +95,7 @@ def test_doctor_is_fast_imports_no_framework_and_lists_versions():
     code = (
         "import sys, time; t = time.perf_counter(); from dlbridge._cli import main; rc = main(['doctor']); "
         "print('ELAPSED', time.perf_counter() - t, rc); "
-        f"print('LOADED', [m for m in {[a.module for a in ADAPTERS.values()] + ['ml_dtypes']} if m in sys.modules])"
+        f"print('LOADED', [m for m in {[a.module for a in REPORTED.values()] + ['ml_dtypes']} if m in sys.modules])"
     )
     start = time.perf_counter()
     done = _python("-c", code)
@@ -166,11 +166,11 @@ def test_report_without_ml_dtypes_probes_every_other_dtype():
 
 
 def test_report_and_doctor_without_any_framework_say_what_to_install():
-    done = _python("-m", "dlbridge", "report", block=",".join(a.module for a in ADAPTERS.values()))
+    done = _python("-m", "dlbridge", "report", block=",".join(a.module for a in REPORTED.values()))
     assert done.returncode == 2
     assert "is installed, so there is nothing to probe" in done.stderr
-    assert all(f'"dlbridge[{a.extra}]"' in done.stderr or a.extra in done.stderr for a in ADAPTERS.values())
-    doctor = _python("-m", "dlbridge", "doctor", block=",".join(a.module for a in ADAPTERS.values()))
+    assert all(f'"dlbridge[{a.extra}]"' in done.stderr or a.extra in done.stderr for a in REPORTED.values())
+    doctor = _python("-m", "dlbridge", "doctor", block=",".join(a.module for a in REPORTED.values()))
     assert doctor.returncode == 0
     assert "no framework is installed" in doctor.stdout and 'pip install "dlbridge[' in doctor.stdout
     assert "once a framework is installed, run `dlbridge report`" in doctor.stdout

@@ -28,7 +28,7 @@ def _describe(obj: Any) -> str:
 
 
 class PyarrowProber(Prober):
-    """The tests' helpers for Arrow arrays (a source only: not in the report)."""
+    """The report's and tests' helpers for Arrow arrays (a source only: rows of the report, no column)."""
 
     adapter: PyarrowAdapter
 
@@ -36,6 +36,11 @@ class PyarrowProber(Prober):
         if device != "cpu":
             raise ValueError(f"Arrow arrays live on the CPU only, not {device}")
         return self.mod.Tensor.from_numpy(ref)
+
+    def dtype_str(self, arr: Any) -> str:
+        import numpy as np  # an Arrow type's NumPy equivalent names it as dlbridge does
+
+        return str(np.dtype(arr.type.to_pandas_dtype()).name)
 
     def host_bytes(self, arr: Any) -> Any:
         import numpy as np

@@ -12,16 +12,22 @@ from __future__ import annotations
 import importlib.util
 import struct
 import sys
+from collections import ChainMap
 from typing import Any, NamedTuple
 
-from .._adapters import ADAPTERS
+from .._adapters import ADAPTERS, PRODUCER_ONLY, Adapter
 from .._dtypes import BY_NAME, FLOAT8, decode_table, short_name
 
-__all__ = ["FRAMEWORKS", "DEVICES", "BASE_DTYPES", "installed_frameworks", "short_dtype", "import_order",
+__all__ = ["FRAMEWORKS", "CONSUMERS", "REPORTED", "DEVICES", "BASE_DTYPES", "installed_frameworks", "short_dtype", "import_order",
            "install_hint", "Ref", "reference", "upcast_bits", "make_source", "native_import", "gpu_info",
            "LAYOUTS", "LAYOUT_DTYPE", "layout_ref", "SUBBYTE_DTYPES", "fp4_codes"]  # fmt: skip
 
-FRAMEWORKS: tuple[str, ...] = tuple(ADAPTERS)
+# Every framework the report probes: the registry's (producers and consumers), then the frameworks
+# dlbridge only reads arrays from (producers only: rows of the matrix, never columns). A live view:
+# adapters registered later are found too; it iterates the registry's first.
+REPORTED: ChainMap[str, Adapter] = ChainMap({a.name: a for a in PRODUCER_ONLY if a.name not in ADAPTERS}, ADAPTERS)
+FRAMEWORKS: tuple[str, ...] = tuple(REPORTED)
+CONSUMERS: tuple[str, ...] = tuple(ADAPTERS)
 DEVICES = ("cpu", "cuda")
 DEVICE_CODE = {"cpu": 1, "cuda": 2}
 BASE_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "bool", "complex64", "uint16", "int64")
@@ -42,12 +48,12 @@ short_dtype = short_name  # column labels: float32 -> f32, float8_e4m3fn -> e4m3
 
 def installed_frameworks() -> list[str]:
     """Frameworks importable here, found without importing them."""
-    return [name for name in FRAMEWORKS if importlib.util.find_spec(ADAPTERS[name].module) is not None]
+    return [name for name in FRAMEWORKS if importlib.util.find_spec(REPORTED[name].module) is not None]
 
 
 def install_hint(names: tuple[str, ...] | list[str] = FRAMEWORKS) -> str:
     """How to install frameworks: 'pip install "dlbridge[<extra>]"' for each (its adapter's extra)."""
-    return " or ".join(f'pip install "dlbridge[{ADAPTERS[n].extra or n}]"' for n in names)
+    return " or ".join(f'pip install "dlbridge[{REPORTED[n].extra or n}]"' for n in names)
 
 
 def import_order(names: list[str]) -> list[str]:
@@ -57,7 +63,7 @@ def import_order(names: list[str]) -> list[str]:
     while pending:
         for name in pending:
             # ``name`` must wait while another pending framework has to be imported before it.
-            blocked = any(ADAPTERS[name].module.partition(".")[0] in ADAPTERS[other].unsafe_after
+            blocked = any(REPORTED[name].module.partition(".")[0] in REPORTED[other].unsafe_after
                           for other in pending if other != name)  # fmt: skip
             if not blocked:
                 break
@@ -157,7 +163,7 @@ def layout_ref(ref: Ref, layout: str) -> Ref:
 def make_source(framework: str, device: str, ref: Ref, layout: str = "dense") -> Any:
     """The source array for one cell; raises (any exception) when the framework cannot make it.
     ``layout`` "transposed" or "readonly": a view of the dense source made by the adapter."""
-    adapter = ADAPTERS[framework]
+    adapter = REPORTED[framework]
     src = adapter.prober.make_from_bits(ref.data, ref.dtype, ref.shape, device)
     if layout == "dense":
         return src
@@ -174,14 +180,14 @@ def native_import(consumer: str, src: Any) -> Any:
 
 def cuda_producers(frameworks: list[str]) -> list[str]:
     """Which of ``frameworks`` see a CUDA device here (imports them: worker only)."""
-    return [name for name in frameworks if ADAPTERS[name].has_cuda()]
+    return [name for name in frameworks if REPORTED[name].has_cuda()]
 
 
 def gpu_info(frameworks: list[str]) -> str | None:
     """The GPU's name as the first framework that can tell reports it (worker only)."""
     for name in frameworks:
         try:
-            found = ADAPTERS[name].prober.gpu_name()
+            found = REPORTED[name].prober.gpu_name()
         except Exception:
             continue
         if found:

@@ -16,12 +16,12 @@ from .._adapters import ADAPTERS
 from .._capabilities import TABLE, Capabilities, capabilities, missing_requirements
 from .._dtypes import BY_NAME, FLOAT8
 from .._options import ENV_VAR, get_default_fallback
-from ._cases import BASE_DTYPES, FRAMEWORKS, install_hint
+from ._cases import BASE_DTYPES, CONSUMERS, REPORTED, install_hint
 
 __all__ = ["installed_versions", "hazards", "doctor_text", "COMPANIONS"]
 
 # Distributions listed beside the frameworks (compiled halves, dtype add-ons), in registry order.
-COMPANIONS: tuple[str, ...] = tuple(dict.fromkeys(c for a in ADAPTERS.values() for c in a.companions))
+COMPANIONS: tuple[str, ...] = tuple(dict.fromkeys(c for a in REPORTED.values() for c in a.companions))
 
 
 def _dist_version(module: str, distributions: tuple[str, ...] = ()) -> str | None:
@@ -42,11 +42,12 @@ def _dist_version(module: str, distributions: tuple[str, ...] = ()) -> str | Non
 
 
 def installed_versions() -> dict[str, str | None]:
-    """Version of each framework, their companions and dlbridge; None when not installed."""
+    """Version of each framework (producer-only ones too), their companions and dlbridge; None when
+    not installed."""
     from .. import __version__
 
-    found: dict[str, str | None] = {name: _dist_version(a.module, a.distributions) for name, a in ADAPTERS.items()}
-    for adapter in ADAPTERS.values():
+    found: dict[str, str | None] = {name: _dist_version(a.module, a.distributions) for name, a in REPORTED.items()}
+    for adapter in REPORTED.values():
         for companion in adapter.companions:
             if found.get(companion) is None:
                 found[companion] = _dist_version(companion)
@@ -65,9 +66,10 @@ def _names(dtypes: set[str]) -> str:
 
 
 def hazards(versions: dict[str, str | None]) -> list[str]:
-    """One line per known hazard of the installed versions, read off the capability table."""
+    """One line per known hazard of the installed versions, read off the capability table (whose
+    consumer rows a producer-only framework has none of)."""
     out: list[str] = []
-    for name in FRAMEWORKS:
+    for name in CONSUMERS:
         version = versions.get(name)
         if version is None:
             continue
@@ -167,7 +169,7 @@ def _import_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
 
 
 def _report_hint(versions: dict[str, str | None], missing: list[str]) -> str:
-    if len(missing) == len(FRAMEWORKS):
+    if len(missing) == len(CONSUMERS):
         return "once a framework is installed, run `dlbridge report` to probe it in isolated processes."
     return "run `dlbridge report` to probe the installed stack in isolated processes."
 
@@ -177,10 +179,10 @@ def doctor_text() -> str:
     width = max(len(k) for k in versions)
     lines = ["dlbridge doctor: installed versions (package metadata; nothing imported)"]
     lines += [f"  {k:<{width}}  {v or 'not installed'}" for k, v in versions.items()]
-    missing = [name for name in FRAMEWORKS if not versions.get(name)]
-    if len(missing) == len(FRAMEWORKS):
-        lines += ["", f"no framework is installed: install the ones you use, e.g. {install_hint(FRAMEWORKS[:1])} "
-                  f"(extras: {', '.join(ADAPTERS[n].extra or n for n in FRAMEWORKS)})."]  # fmt: skip
+    missing = [name for name in CONSUMERS if not versions.get(name)]
+    if len(missing) == len(CONSUMERS):
+        lines += ["", f"no framework is installed: install the ones you use, e.g. {install_hint(CONSUMERS[:1])} "
+                  f"(extras: {', '.join(ADAPTERS[n].extra or n for n in CONSUMERS)})."]  # fmt: skip
     found = hazards(versions)
     lines += ["", f"hazards known to the capability table ({len(found)}):"]
     lines += [f"  - {h}" for h in found] or ["  none"]

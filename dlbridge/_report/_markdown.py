@@ -11,7 +11,7 @@ from typing import Any
 
 from .._adapters import ADAPTERS, HOST
 from .._dtypes import BY_NAME, unsigned_of_width
-from ._cases import BASE_DTYPES, FRAMEWORKS, short_dtype
+from ._cases import BASE_DTYPES, FRAMEWORKS, REPORTED, short_dtype
 from ._doctor import COMPANIONS, installed_versions
 from ._model import Attempt, Cell, Report
 
@@ -203,6 +203,8 @@ def _reason(cell: Cell, report: Report) -> str:
         return f"{kind}: {cell.consumer} cannot use {cell.producer_device} memory without a copy (pass device= or copy=True)"
     if kind == "UnsupportedDtypeError":
         return f"{kind}: {cell.consumer} {version} cannot hold these dtypes"
+    if kind == "ReadOnlyError":
+        return f"{kind}: {cell.producer}'s arrays are read-only and {cell.consumer} {version} arrays cannot be (pass copy=True)"
     return err[:160]
 
 
@@ -270,12 +272,29 @@ def _disagreements(report: Report) -> list[str]:
     return [*out, ""]
 
 
+def _producers_only(report: Report) -> list[str]:
+    """Legend lines for rows of frameworks dlbridge reads from but converts into none, and for
+    producers whose every array is read-only."""
+    out = []
+    only = list(dict.fromkeys(c.producer for c in report.cells if c.producer not in ADAPTERS))
+    if only:
+        names = ", ".join(REPORTED[p].display or p for p in only)
+        out.append(f"- {names}: a producer only (dlbridge reads its arrays and converts into none): rows, no column.")
+    readonly = [k.replace(":", " on ") for k in report.meta.get("readonly_sources", ())]
+    if readonly:
+        out.append(f"- Every array of {', '.join(readonly)} is read-only (its capsules are flagged READ_ONLY): "
+                   "its cells are judged as read-only sources, and consumers whose arrays cannot be read-only get "
+                   "`ReadOnlyError` from dlbridge (`🛡 refused`; `copy=True` converts).")  # fmt: skip
+    return out
+
+
 def render(report: Report) -> str:
     lines = [
         *_header(report),
         "## Legend",
         "",
         LEGEND,
+        *_producers_only(report),
         "",
         *_tables(report),
         *_layouts(report),

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._capabilities import Capabilities
-from ._cases import LAYOUT_DTYPE
 
 __all__ = ["ATTEMPTS", "Attempt", "Cell", "Export", "Report", "RESULTS", "MODES", "predict", "predict_layout",
            "predict_export", "caps_entry", "capabilities_of"]  # fmt: skip
@@ -49,6 +48,7 @@ class Cell:
     layout: str = "dense"  # or one of _cases.LAYOUTS: a transposed or read-only view as the source
     predicted_readonly: bool | None = None  # layout cells: whether a native result is read-only
     predicted_dlbridge: str | None = None  # layout cells: "ok", "copy", "readonly" or "ReadOnlyError"
+    readonly_source: bool = False  # a dense cell of a producer whose every array is read-only (Arrow's)
 
     @property
     def key(self) -> tuple[str, str, str, str, str]:
@@ -137,7 +137,7 @@ class Cell:
             "view": v.as_dict(),
             "table_predicts": self.predicted,
             "table_disagrees": self.disagreement(),
-            **({} if self.layout == "dense" else {
+            **({} if self.layout == "dense" and not self.readonly_source else {
                 "layout": self.layout,
                 "native_readonly": n.readonly,
                 "dlbridge_readonly": d.readonly,
@@ -258,7 +258,8 @@ def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int
     Native: transposed, the consumer takes the strided capsule unless ``row_major_only`` (whose
     from_dlpack of an array may take another path: not predicted); read-only, ``readonly_arrays`` (or
     ``readonly_imports``) give a read-only result. dlbridge: what ``decide`` makes of the capsule
-    (``_dlbridge_layout``). No row: no prediction.
+    (``_dlbridge_layout``). No row: no prediction. A dense cell of a producer whose every array is
+    read-only (``Cell.readonly_source``) is judged as a read-only source of its dtype.
     """
     c = caps.get(cell.consumer)
     cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge = predict(cell, caps, device_codes), None, None
@@ -267,7 +268,7 @@ def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int
     readonly = c["readonly_arrays"] or c["readonly_imports"]
     if cell.layout == "transposed":
         cell.predicted = None if c["row_major_only"] else "ok"
-    elif cell.layout == "readonly":
+    elif cell.layout == "readonly" or cell.readonly_source:
         cell.predicted = "ok" if readonly else None
         cell.predicted_readonly = True if readonly else None
     cell.predicted_dlbridge = _dlbridge_layout(cell, capabilities_of(c))
@@ -278,15 +279,18 @@ def _dlbridge_layout(cell: Cell, caps: Capabilities) -> str | None:
     "ok", "copy" (a dense copy first), "readonly" (shared read-only) or "ReadOnlyError"."""
     from .._adapters import ADAPTERS
     from .._capsule import DLPackInfo
+    from .._dtypes import BY_NAME
     from .._handoff import decide
+    from ._cases import REPORTED
 
     shape, strides = ((6, 4), (1, 6)) if cell.layout == "transposed" else ((4, 6), None)
-    readonly = cell.layout == "readonly"
+    readonly = cell.layout == "readonly" or cell.readonly_source
     if readonly and not caps.versioned_capsules:
         return "ReadOnlyError"  # the export: a legacy capsule cannot say read-only, so producers refuse one
-    info = DLPackInfo(LAYOUT_DTYPE, 2, 32, 1, "cpu", 0, shape, strides, 0, 64, readonly, caps.versioned_capsules,
-                      (1, 3) if caps.versioned_capsules else None, cell.producer)  # fmt: skip
-    record = decide(info, ADAPTERS[cell.consumer], caps, "raise", None, None, source=ADAPTERS.get(cell.producer))
+    d = BY_NAME[cell.dtype]
+    info = DLPackInfo(cell.dtype, d.code, d.bits, d.lanes, "cpu", 0, shape, strides, 0, 64, readonly,
+                      caps.versioned_capsules, (1, 3) if caps.versioned_capsules else None, cell.producer)  # fmt: skip
+    record = decide(info, ADAPTERS[cell.consumer], caps, "raise", None, None, source=REPORTED.get(cell.producer))
     if record.error is not None:
         return record.error.__name__ if record.error.__name__ == "ReadOnlyError" else None
     if record.dense is not None:

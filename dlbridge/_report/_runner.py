@@ -24,8 +24,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from .._adapters import ADAPTERS
-from ._cases import BASE_DTYPES, CANDIDATE_DTYPES, EXTRA_FP8, FRAMEWORKS, LAYOUT_DTYPE, LAYOUTS, SUBBYTE_DTYPES
+from ._cases import (
+    BASE_DTYPES,
+    CANDIDATE_DTYPES,
+    CONSUMERS,
+    EXTRA_FP8,
+    FRAMEWORKS,
+    LAYOUT_DTYPE,
+    LAYOUTS,
+    REPORTED,
+    SUBBYTE_DTYPES,
+)
 from ._model import ATTEMPTS, Attempt, Cell, Export, Report, predict, predict_export, predict_layout
 
 __all__ = ["run_report", "Progress"]
@@ -117,7 +126,7 @@ def _env() -> dict[str, str]:
     # The report shows dlbridge's own default, not this shell's choice.
     env.pop("DLBRIDGE_FALLBACK", None)
     # Several workers share one GPU: a framework must not grab most of its memory in each of them.
-    for adapter in ADAPTERS.values():
+    for adapter in REPORTED.values():
         for key, value in adapter.worker_env.items():
             env.setdefault(key, value)
     root = str(Path(__file__).resolve().parents[2])  # the directory holding the dlbridge package
@@ -130,8 +139,9 @@ def _cells(hello: dict[str, Any], frameworks: list[str], dtypes: list[str] | Non
     if dtypes is None:  # the base list plus every other fp8 kind (and fp4 form) some producer makes
         made = {d for makes in producers.values() for d, why in makes.items() if why is None}
         dtypes = list(BASE_DTYPES) + [d for d in (*EXTRA_FP8, *SUBBYTE_DTYPES) if d in made]
-    consumers = [f for f in FRAMEWORKS if f in frameworks]
+    consumers = [f for f in CONSUMERS if f in frameworks]  # producer-only frameworks are rows, never columns
     order = sorted(producers, key=lambda p: (p.split(":")[1] != "cpu", FRAMEWORKS.index(p.split(":")[0])))
+    readonly = set(hello.get("readonly_sources", ()))
     cells, not_made = [], []
     for key in order:
         fw, dev = key.split(":")
@@ -141,15 +151,18 @@ def _cells(hello: dict[str, Any], frameworks: list[str], dtypes: list[str] | Non
                 not_made.append({"producer": fw, "producer_device": dev, "dtype": dtype, "why": why})
                 continue
             for consumer in consumers:
-                cell = Cell(fw, dev, consumer, dtype)
-                cell.predicted = predict(cell, hello["caps"], hello["device_codes"])
+                cell = Cell(fw, dev, consumer, dtype, readonly_source=key in readonly)
+                if cell.readonly_source:  # every array of this producer is read-only: judged as such
+                    predict_layout(cell, hello["caps"], hello["device_codes"])
+                else:
+                    cell.predicted = predict(cell, hello["caps"], hello["device_codes"])
                 cells.append(cell)
     return cells, not_made, dtypes
 
 
 def _layout_cells(hello: dict[str, Any], frameworks: list[str]) -> list[Cell]:
     """One float32 source per producer and layout it can make, handed to every consumer."""
-    consumers = [f for f in FRAMEWORKS if f in frameworks]
+    consumers = [f for f in CONSUMERS if f in frameworks]
     cells = []
     for key, layouts in hello.get("layouts", {}).items():
         fw, dev = key.split(":")
@@ -199,6 +212,7 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
                 "consumer": c.consumer,
                 "dtype": c.dtype,
                 "layout": c.layout,
+                "readonly": c.readonly_source,
                 "attempt": a,
             }
             for i, c in enumerate(cells)
@@ -220,6 +234,7 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
     meta["partial"] = interrupted
     meta["cells_planned"], meta["cells_done"] = len(cells), len(done) + len(layouts_done)
     meta["import_failed"] = broken
+    meta["readonly_sources"] = hello.get("readonly_sources", [])
     versions = {**hello["versions"], "dlbridge": meta["dlbridge"], "python": meta["python"]}
     return Report(meta, versions, done, not_made, hello["caps"], layouts_done, _exports(hello))
 

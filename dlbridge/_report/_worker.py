@@ -31,6 +31,7 @@ from ._cases import (
     DEVICE_CODE,
     LAYOUT_DTYPE,
     LAYOUTS,
+    REPORTED,
     SUBBYTE_DTYPES,
     Ref,
     cuda_producers,
@@ -87,14 +88,15 @@ def _native(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
     except Exception as err:
         return {"status": "error", "error": _error(err), "clean": False, "export_failed": _export_fails(src)}
     wrong = _check(consumer, out, ref, task["dtype"], ref.data)
-    zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
+    zero_copy = ADAPTERS[consumer].data_ptr(out) == REPORTED[task["producer"]].data_ptr(src)
     found = {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": "native"}
     return _readonly(task, out, found)
 
 
 def _readonly(task: dict[str, Any], out: Any, found: dict[str, Any]) -> dict[str, Any]:
-    """Read-only sources' cells also say whether the result is read-only (what the rows predict)."""
-    if task.get("layout") == "readonly" and found["status"] == "ok":
+    """Read-only sources' cells (a read-only view, or a producer whose every array is read-only)
+    also say whether the result is read-only (what the rows predict)."""
+    if (task.get("layout") == "readonly" or task.get("readonly")) and found["status"] == "ok":
         found["readonly"] = ADAPTERS[task["consumer"]].is_readonly(out)
     return found
 
@@ -139,7 +141,7 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
     else:
         want = task["dtype"]
     wrong = _check(consumer, out, ref, want, flat)
-    zero_copy = ADAPTERS[consumer].data_ptr(out) == ADAPTERS[task["producer"]].data_ptr(src)
+    zero_copy = ADAPTERS[consumer].data_ptr(out) == REPORTED[task["producer"]].data_ptr(src)
     if zero_copy != record.shares and not wrong:
         wrong = f"explain said shares={record.shares} ({record}); the result shares={zero_copy}"
     found = {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": mode,
@@ -165,9 +167,9 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
 def _versions(frameworks: list[str]) -> dict[str, str]:
     from importlib import metadata
 
-    out = {name: ADAPTERS[name].version for name in frameworks}
+    out = {name: REPORTED[name].version for name in frameworks}
     for name in frameworks:
-        for companion in ADAPTERS[name].companions:
+        for companion in REPORTED[name].companions:
             try:
                 found = importlib.util.find_spec(companion) is not None
                 out[companion] = metadata.version(companion) if found else "not installed"
@@ -178,7 +180,7 @@ def _versions(frameworks: list[str]) -> dict[str, str]:
 
 def _makes(framework: str, device: str, dtypes: list[str]) -> dict[str, str | None]:
     """dtype -> None when the producer makes it, else the reason it cannot."""
-    adapter = ADAPTERS[framework]
+    adapter = REPORTED[framework]
     found: dict[str, str | None] = {}
     for dtype in dtypes:
         try:
@@ -204,10 +206,20 @@ def _capsule_dtype(make: Any) -> str:
         return f"refused: {_error(err)}"
 
 
+def _raw_dtype(src: Any) -> str:
+    """What the producer's own capsule says: a legacy one, or where the producer refuses legacy
+    capsules (immutable arrays, which only a versioned capsule can flag READ_ONLY) a versioned one."""
+    legacy = _capsule_dtype(src.__dlpack__)
+    if not legacy.startswith("refused"):
+        return legacy
+    versioned = _capsule_dtype(partial(src.__dlpack__, max_version=(1, 0)))
+    return legacy if versioned.startswith("refused") else versioned
+
+
 def _exports(framework: str, device: str, makes: dict[str, str | None]) -> dict[str, dict[str, str]]:
     """dtype -> what the producer's capsules say: its own ``__dlpack__()`` ("raw") and dlbridge's
     export through the adapter ("adapter"), for every dtype it makes."""
-    adapter = ADAPTERS[framework]
+    adapter = REPORTED[framework]
     found = {}
     for dtype, why in makes.items():
         try:
@@ -217,7 +229,7 @@ def _exports(framework: str, device: str, makes: dict[str, str | None]) -> dict[
         if src is None:
             continue
         found[dtype] = {
-            "raw": _capsule_dtype(src.__dlpack__),
+            "raw": _raw_dtype(src),
             "adapter": _capsule_dtype(partial(adapter.export, src, stream=None, max_version=None)),
         }
     return found
@@ -241,20 +253,31 @@ def _layouts(framework: str, device: str) -> dict[str, str | None]:
     return found
 
 
+def _readonly_source(framework: str, device: str) -> bool:
+    """Whether the producer's plain arrays are read-only (their capsules flagged READ_ONLY, as
+    Arrow's): its dense cells are then judged as read-only sources."""
+    try:
+        return inspect(make_source(framework, device, reference(LAYOUT_DTYPE))).readonly
+    except Exception:
+        return False
+
+
 def hello(frameworks: list[str], devices: list[str], dtypes: list[str]) -> dict[str, Any]:
     cuda = cuda_producers(frameworks) if "cuda" in devices else []
-    producers, exports, layouts = {}, {}, {}
+    producers, exports, layouts, readonly = {}, {}, {}, []
     for fw in frameworks:
-        for dev in ADAPTERS[fw].producer_devices:
+        for dev in REPORTED[fw].producer_devices:
             if dev in devices and (dev == "cpu" or fw in cuda):
                 key = f"{fw}:{dev}"
                 producers[key] = _makes(fw, dev, dtypes)
                 exports[key] = _exports(fw, dev, producers[key])
                 layouts[key] = _layouts(fw, dev)
-    caps = {fw: caps_entry(ADAPTERS[fw].capabilities(), ADAPTERS[fw].device_codes) for fw in frameworks}
+                if _readonly_source(fw, dev):
+                    readonly.append(key)
+    caps = {fw: caps_entry(REPORTED[fw].capabilities(), REPORTED[fw].device_codes) for fw in frameworks}
     return {"versions": _versions(frameworks), "cuda": cuda, "gpu": gpu_info(cuda) if cuda else None,
             "producers": producers, "exports": exports, "layouts": layouts, "caps": caps,
-            "device_codes": DEVICE_CODE}  # fmt: skip
+            "readonly_sources": readonly, "device_codes": DEVICE_CODE}  # fmt: skip
 
 
 def _die_with_parent(parent: int) -> None:
@@ -281,7 +304,7 @@ def main() -> None:
     frameworks, broken = [], {}
     for fw in import_order(config["frameworks"]):  # never one a loaded module makes crash on import
         try:
-            importlib.import_module(ADAPTERS[fw].module)
+            importlib.import_module(REPORTED[fw].module)
             frameworks.append(fw)
         except Exception as err:  # a broken install: the report says so and probes the others
             broken[fw] = _error(err)
