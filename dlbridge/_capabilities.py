@@ -87,7 +87,10 @@ def parse_version(text: str) -> tuple[int, ...]:
 def _importable(module: str) -> bool:
     if module in sys.modules:  # None there means "blocked" (import raises ImportError)
         return sys.modules[module] is not None
-    return importlib.util.find_spec(module) is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a submodule of a missing package ("mlx.core" without mlx)
+        return False
 
 
 def installed_version(module: str) -> str | None:

@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 
+from dlbridge._adapters._support import findable
 from tests._isolated import pytest_configure, pytest_pyfunc_call, pytest_runtest_logreport
 
 __all__ = [
@@ -46,7 +47,7 @@ def need(name: str):
             name in adapter.unsafe_after
             and adapter.module not in sys.modules
             and name not in sys.modules
-            and importlib.util.find_spec(adapter.module) is not None
+            and findable(adapter.module)
         ):
             import warnings
 

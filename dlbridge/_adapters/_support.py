@@ -28,7 +28,12 @@ class AsIs(Exception):  # a signal, caught in _convert
 
 @cache
 def findable(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    """Whether ``module`` can be imported, found without importing it ("mlx.core" without mlx: False;
+    ``find_spec`` of a submodule raises ModuleNotFoundError where its package is missing)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package; a module whose __spec__ is None
+        return False
 
 
 def export_capsule(obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:

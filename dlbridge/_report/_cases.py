@@ -9,13 +9,13 @@ every producer is checked against the same bits and a stack without NumPy is sti
 
 from __future__ import annotations
 
-import importlib.util
 import struct
 import sys
 from collections import ChainMap
 from typing import Any, NamedTuple
 
 from .._adapters import ADAPTERS, PRODUCER_ONLY, Adapter
+from .._adapters._support import findable
 from .._dtypes import BY_NAME, FLOAT8, decode_table, short_name
 
 __all__ = ["FRAMEWORKS", "CONSUMERS", "REPORTED", "DEVICES", "BASE_DTYPES", "installed_frameworks", "short_dtype", "import_order",
@@ -48,7 +48,7 @@ short_dtype = short_name  # column labels: float32 -> f32, float8_e4m3fn -> e4m3
 
 def installed_frameworks() -> list[str]:
     """Frameworks importable here, found without importing them."""
-    return [name for name in FRAMEWORKS if importlib.util.find_spec(REPORTED[name].module) is not None]
+    return [name for name in FRAMEWORKS if findable(REPORTED[name].module)]
 
 
 def install_hint(names: tuple[str, ...] | list[str] = FRAMEWORKS) -> str:

@@ -7,12 +7,12 @@ line says whether the compiled accelerator is in use, and why not where it is no
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from importlib import metadata
 
 from .. import _accelerator
 from .._adapters import ADAPTERS
+from .._adapters._support import findable
 from .._capabilities import TABLE, Capabilities, capabilities, missing_requirements
 from .._dtypes import BY_NAME, FLOAT8
 from .._options import ENV_VAR, get_default_fallback
@@ -25,7 +25,7 @@ COMPANIONS: tuple[str, ...] = tuple(dict.fromkeys(c for a in REPORTED.values() f
 
 
 def _dist_version(module: str, distributions: tuple[str, ...] = ()) -> str | None:
-    if importlib.util.find_spec(module) is None:
+    if not findable(module):
         return None
     for name in distributions or (module,):
         try:
@@ -81,7 +81,7 @@ def hazards(versions: dict[str, str | None]) -> list[str]:
         out += _dtype_hazards(name, version, caps, who, versions)
         out += _layout_hazards(name, caps, who)
         out += _import_hazards(name, caps, who)
-        after = [m for m in ADAPTERS[name].unsafe_after if importlib.util.find_spec(m) is not None]
+        after = [m for m in ADAPTERS[name].unsafe_after if findable(m)]
         if after:
             out.append(f"{who} crashes the process when imported after {' or '.join(after)}: import it first "
                        "(dlbridge refuses to import it late, and its report imports it first).")  # fmt: skip

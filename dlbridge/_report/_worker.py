@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any
 
 from .._adapters import ADAPTERS
+from .._adapters._support import findable
 from .._capsule import c_strides, read
 from .._dtypes import BY_NAME, unsigned_of_width
 from .._errors import DLBridgeError
@@ -171,7 +172,7 @@ def _versions(frameworks: list[str]) -> dict[str, str]:
     for name in frameworks:
         for companion in REPORTED[name].companions:
             try:
-                found = importlib.util.find_spec(companion) is not None
+                found = findable(companion)
                 out[companion] = metadata.version(companion) if found else "not installed"
             except (metadata.PackageNotFoundError, ValueError):
                 out[companion] = "not installed"
