@@ -331,9 +331,10 @@ def test_remembered_view_comes_back_with_its_dtype(to: str) -> None:
     torch = _torch()
     need(to)
     x = _fp4()
+    holds = "float4_e2m1fn" in dlbridge.capabilities(to).holds  # ml_dtypes >= 0.5.1 (JAX 0.5.3+)
     for fallback in ("raise", "upcast"):  # the target's own fp4 (one value a byte): a repacked copy
         expected = _same_as_pipeline(lambda: x, to, fallback=fallback)
-        assert expected[0] == "ok" and not expected[6]
+        assert (expected[0] == "ok" and not expected[6]) if holds else expected[0] == "error", expected
     viewed = _same_as_pipeline(lambda: x, to, fallback="view")
     assert viewed[2] == "uint8"
     for _ in range(2):

@@ -187,6 +187,8 @@ def _strided_fp4_producer() -> CtypesArray:
 
 def test_unknown_producers_non_compact_fp4x2_into_jax_is_repacked_under_fallback_raise() -> None:
     # JAX's own fp4 (dlbridge._subbyte): the pairs' values, one each, a copy
+    if "float4_e2m1fn" not in dlbridge.capabilities("jax").holds:
+        pytest.skip("this JAX holds no float4_e2m1fn (JAX >= 0.5.3 with ml_dtypes >= 0.5.1)")
     codes = [1, 1, 3, 1, 5, 1, 7, 1]  # bytes 0x11, 0x13, 0x15, 0x17: value 2i in the low nibble
     p = _strided_fp4_producer()
     for fallback in ("raise", "upcast"):
