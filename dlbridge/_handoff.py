@@ -30,6 +30,7 @@ from ._errors import (
 )
 from ._options import Fallback
 from ._plan import Plan, native_plan, plan_for
+from ._subbyte import FLAG_PADDED
 from ._subbyte import plan as subbyte_plan
 
 # The CPU alignment XLA and Eigen want (bytes): consumers with ``copies_unaligned`` copy buffers off it.
@@ -183,7 +184,10 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
     caller passed the capsule itself, so no dense copy can be asked of its producer.
     """
     who = info.producer or ("capsule" if raw else "?")
-    if info.code == 17 and dtype is None and info.dtype not in caps.imports:  # fp4 in another layout
+    # fp4 the consumer does not import as it is: another dtype (pairs), or one value a byte (a padded
+    # capsule, which a consumer importing float4_e2m1fn would read as two values a byte)
+    padded = info.code == 17 and bool(info.flags & FLAG_PADDED)
+    if info.code == 17 and dtype is None and (info.dtype not in caps.imports or padded):
         fp4 = subbyte_plan(info, caps, target, source, fallback, copy)
         if fp4 is not None:
             kind, fp4_error, message = fp4

@@ -132,7 +132,8 @@ def test_jax_to_torch_is_zero_copy_when_the_last_dimension_is_even():
 def test_jax_to_jax_is_the_same_array_and_numpy_to_numpy_shares_memory():
     jnp = need("jax").numpy
     src = jnp.asarray(CODES.view(FP4))
-    assert dlbridge.to_jax(src) is src
+    same = dlbridge.to_jax(src)  # itself where JAX cannot import fp4 (0.10+), else its zero-copy import
+    assert same is src or same.unsafe_buffer_pointer() == src.unsafe_buffer_pointer()
     again = dlbridge.to_jax(src, copy=True)
     assert again is not src and again.unsafe_buffer_pointer() != src.unsafe_buffer_pointer()
     assert _codes_of("jax", again).tolist() == CODES.tolist()
@@ -255,7 +256,7 @@ for _ in range(3):
     assert np.asarray(dlbridge.to_jax(src)).view(np.uint8).tolist() == codes.tolist()
     assert dlbridge.to_numpy(j).view(np.uint8).tolist() == codes.tolist()
     assert dlbridge.to_torch(j).data_ptr() == j.unsafe_buffer_pointer()
-    assert dlbridge.to_jax(j) is j
+    k = dlbridge.to_jax(j); assert k is j or k.unsafe_buffer_pointer() == j.unsafe_buffer_pointer()
 print("ok")
 """
     env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_PURE_PYTHON"}

@@ -17,12 +17,13 @@ from tests._isolated import IN_CHILD
 from tests.conftest import need
 
 # The toy framework is NumPy's own DLPack 1.0 export and import under another name (versioned capsules,
-# max_version, copy=): NumPy >= 2.1.
-_NUMPY_DLPACK_1 = np.lib.NumpyVersion(np.__version__) >= "2.1.0"
+# max_version, copy=: NumPy >= 2.1), whose imports are writable (NumPy >= 2.2; 2.1 makes every import
+# read-only, and the toy would then export them READ_ONLY).
+_NUMPY_DLPACK_1 = np.lib.NumpyVersion(np.__version__) >= "2.2.0"
 
 
 def isolated(test: Any) -> Any:
-    skip = pytest.mark.skipif(not _NUMPY_DLPACK_1, reason="the toy framework wraps NumPy >= 2.1's DLPack 1.0")
+    skip = pytest.mark.skipif(not _NUMPY_DLPACK_1, reason="the toy framework wraps NumPy >= 2.2's DLPack 1.0")
     return skip(pytest.mark.isolated(test))
 
 
