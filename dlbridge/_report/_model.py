@@ -285,6 +285,8 @@ def _dlbridge_layout(cell: Cell, caps: Capabilities) -> str | None:
 
     shape, strides = ((6, 4), (1, 6)) if cell.layout == "transposed" else ((4, 6), None)
     readonly = cell.layout == "readonly" or cell.readonly_source
+    if readonly and cell.producer == cell.consumer and caps.readonly_arrays:
+        return "readonly"  # the export: a framework's own array goes back to it as it is (no capsule)
     if readonly and not caps.versioned_capsules:
         return "ReadOnlyError"  # the export: a legacy capsule cannot say read-only, so producers refuse one
     d = BY_NAME[cell.dtype]
