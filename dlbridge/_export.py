@@ -58,9 +58,8 @@ def export(x: Any, source: Adapter | None, stream: int | None, max_version: tupl
                 if max_version is None
                 else "its producer cannot mark a DLPack capsule read-only"  # e.g. NumPy < 2.1
             )
-            raise ReadOnlyError(
-                f"{type(x).__name__} is read-only and {why}; pass copy=True, or make the array writeable"
-            ) from err
+            fix = source.readonly_fix if source is not None else "pass copy=True, or make the array writeable"
+            raise ReadOnlyError(f"{type(x).__name__} is read-only and {why}; {fix}") from err
         capsule = export_failed(x, source, err, stream, max_version, copy, target, dtype)
     except Exception as err:
         capsule = export_failed(x, source, err, stream, max_version, copy, target, dtype)

@@ -121,3 +121,13 @@ def test_chunked_arrays_and_tables_name_what_to_pass() -> None:
         dlbridge.to_torch(pa.table({"x": [1.0]}))
     joined = dlbridge.to_numpy(pa.chunked_array([[1.0], [2.0]]).combine_chunks())
     np.testing.assert_array_equal(joined, [1.0, 2.0])
+
+
+def test_a_legacy_only_consumer_is_told_arrow_arrays_cannot_be_made_writable() -> None:
+    need("jax")
+    x = pa.array(np.arange(4, dtype=np.float32))
+    with pytest.raises(dlbridge.ReadOnlyError, match=r"Arrow arrays are immutable") as err:
+        dlbridge.to_jax(x)
+    assert "make the array writeable" not in str(err.value)
+    copied = dlbridge.to_jax(x, copy=True)
+    assert np.asarray(copied).tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -77,6 +77,8 @@ class Adapter(ABC):
     producer_devices: ClassVar[tuple[str, ...]] = ("cpu",)  # where the report makes source arrays
     # For messages: the call that makes one of its arrays from Python data ("numpy.asarray").
     wrap_call: ClassVar[str] = ""
+    # For messages: how to hand over one of its read-only arrays where the consumer cannot hold one.
+    readonly_fix: ClassVar[str] = "pass copy=True, or make the array writeable"
     # The module that gives its arrays the dtypes it lacks natively (bf16/fp8), if any.
     dtype_addon: ClassVar[str] = ""
     # For ``dlbridge doctor``, where it imports capsules read-only: what dlbridge does about it.

@@ -61,6 +61,7 @@ class PyarrowAdapter(Adapter):
     array_type = ("pyarrow", "Array")
     producer_modules = ("pyarrow",)
     mutable_arrays = False
+    readonly_fix = "pass copy=True (Arrow arrays are immutable: there is no writable one to make)"
     wrap_call = "pyarrow.array"
 
     def is_array(self, obj: object) -> bool:
