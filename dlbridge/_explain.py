@@ -8,11 +8,14 @@ dropped unconsumed, which frees it). A record with a device move or a dense copy
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 from ._adapters import adapter_named, producer_name
-from ._capsule import CapsuleType
+from ._capsule import CapsuleType, device_name, read
 from ._convert import decide_stage
+from ._devices import check_device
 from ._errors import DLBridgeError, OptionError
 from ._export import MAX_VERSION, export
 from ._handoff import Handoff, decide, refused
@@ -45,18 +48,15 @@ def explain(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None,
 
 
 def _deferred(front: Any, target: Any, fallback: Any, copy: bool | None) -> Handoff:
-    caps, source = front.caps, front.source
+    """The record a deferred export (a GPU source into a consumer that asks with its own stream) would
+    get: the capsule described as the pipeline's export then describes it, without a stream."""
+    caps, source, (src_dev, home) = front.caps, front.source, front.devices
     stream = source.no_sync_stream if source is not None else -1  # nothing reads the data
     version = MAX_VERSION if caps.versioned_capsules else None
-    from ._capsule import read
-
-    with source.on_device(front.devices[0]) if source is not None else _null():
+    with source.on_device(src_dev) if source is not None else nullcontext():
         capsule = export(front.x, source, stream, version, copy, target, front.dtype)
     info = read(capsule, front.record.source)
+    if info.device != home:  # as the pipeline relabels its own export (pinned/managed memory)
+        check_device(info, src_dev)
+        info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
     return decide(info, target, caps, fallback, front.dtype, copy, source=source)._replace(deferred=True)
-
-
-def _null() -> Any:
-    from contextlib import nullcontext
-
-    return nullcontext()

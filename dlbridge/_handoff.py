@@ -15,11 +15,12 @@ the moved array, as ``dense`` does for a dense copy.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from ._adapters import ADAPTERS, HOST, Adapter
 from ._capabilities import Capabilities
-from ._capsule import DLPackInfo, c_strides
+from ._capsule import DLPackInfo, c_strides, device_name
 from ._errors import (
     CapsuleError,
     DLBridgeError,
@@ -166,8 +167,6 @@ class Handoff(NamedTuple):
 
 
 def _device(device: tuple[int, int]) -> str:
-    from ._capsule import device_name
-
     return f"{device_name(device[0])}:{device[1]}"
 
 
@@ -186,15 +185,10 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
     who = info.producer or ("capsule" if raw else "?")
     # fp4 the consumer does not import as it is: another dtype (pairs), or one value a byte (a padded
     # capsule, which a consumer importing float4_e2m1fn would read as two values a byte)
-    padded = info.code == 17 and bool(info.flags & FLAG_PADDED)
-    if info.code == 17 and dtype is None and (info.dtype not in caps.imports or padded):
-        fp4 = subbyte_plan(info, caps, target, source, fallback, copy)
+    if info.code == 17 and dtype is None:  # fp4 the consumer does not import as it is (dlbridge._subbyte)
+        fp4 = _fp4(info, target, caps, fallback, copy, source, raw, who)
         if fp4 is not None:
-            kind, fp4_error, message = fp4
-            if fp4_error is not None:
-                return Handoff(who, target.name, info, fp4_error, message)
-            fp4_kind = None if kind == "same" else kind
-            return Handoff(who, target.name, info, keep=kind == "same", fp4=fp4_kind, copy=copy is True)
+            return fp4
     if needs_dense(info, caps):
         return _dense(info, target, caps, fallback, dtype, copy, source, raw, who)
     try:
@@ -261,6 +255,40 @@ def _refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan,
     return None
 
 
+def _fp4(
+    info: DLPackInfo,
+    target: Adapter,
+    caps: Capabilities,
+    fallback: Fallback,
+    copy: bool | None,
+    source: Adapter | None,
+    raw: bool,
+    who: str,
+) -> Handoff | None:
+    """fp4 in another layout than the consumer imports: another dtype (pairs), or one value a byte (a
+    padded capsule, which a consumer importing float4_e2m1fn would read as two values a byte); None
+    where the other rules decide. A caller's raw capsule is never rewritten or repacked: a padded one
+    the consumer would misread is refused, the others go to the dtype rules (a refusal or a view)."""
+    padded = bool(info.flags & FLAG_PADDED)
+    if info.dtype in caps.imports and not padded:
+        return None
+    if raw:
+        if not padded or info.dtype not in caps.imports:
+            return None
+        return Handoff(who, target.name, info, LayoutError, (
+            f"to_{target.name}(): {info.describe()} holds one fp4 value a byte (IS_SUBBYTE_TYPE_PADDED), which "
+            f"{caps.consumer} would read as two a byte; dlbridge repacks arrays, not raw capsules: pass the array itself"
+        ))  # fmt: skip
+    found = subbyte_plan(info, caps, target, source, fallback, copy)
+    if found is None:
+        return None
+    kind, error, message = found
+    if error is not None:
+        return Handoff(who, target.name, info, error, message)
+    return Handoff(who, target.name, info, keep=kind == "same", fp4=None if kind == "same" else kind,
+                   copy=copy is True)  # fmt: skip
+
+
 def _consumer_copies(info: DLPackInfo, caps: Capabilities) -> bool:
     """Whether the consumer's import of ``info`` is a copy (it copies every import, or this unaligned one)."""
     if not info.size:
@@ -301,8 +329,6 @@ def _dense(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
 
 def dense_info(info: DLPackInfo) -> DLPackInfo:
     """What the capsule of a dense copy of ``info``'s array says (C order, no offset, writable)."""
-    from dataclasses import replace
-
     return replace(info, strides=None, byte_offset=0, readonly=False)
 
 

@@ -264,3 +264,43 @@ print("ok")
         env["DLBRIDGE_PURE_PYTHON"] = "1"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_padded_capsule_is_never_handed_to_a_consumer_that_reads_fp4_packed():
+    """One value a byte (IS_SUBBYTE_TYPE_PADDED) read as two a byte would be wrong values: the record
+    repacks an array, and refuses a raw capsule (which dlbridge does not rewrite)."""
+    from dlbridge._adapters import ADAPTERS
+    from dlbridge._capabilities import capabilities
+    from dlbridge._capsule import DLPackInfo
+    from dlbridge._handoff import decide
+    from dlbridge._subbyte import FLAG_PADDED
+
+    caps = capabilities("jax", "0.9.0")  # a JAX that imports float4_e2m1fn, packed (DLPack's default)
+    assert "float4_e2m1fn" in caps.imports
+    info = DLPackInfo("float4_e2m1fn", 17, 4, 1, "cpu", 0, (16,), None, 0, 64, False, True, (1, 3), "numpy",
+                      FLAG_PADDED)  # fmt: skip
+    jax = ADAPTERS["jax"]
+    array = decide(info, jax, caps, "raise", None, None, source=ADAPTERS["numpy"])
+    assert array.error is None and array.fp4 == "repack" and not array.shares
+    raw = decide(info, jax, caps, "raise", None, None, raw=True)
+    assert raw.error is LayoutError and "pass the array itself" in raw.message
+    packed = decide(_unflagged(info), jax, caps, "raise", None, None, raw=True)
+    assert packed.error is None and packed.plan is not None and packed.plan.mode == "native"
+
+
+def _unflagged(info):
+    from dataclasses import replace
+
+    return replace(info, flags=0, versioned=False, version=None)  # as JAX exports it (legacy capsules)
+
+
+def test_a_refused_raw_fp4_capsule_is_left_as_it_came():
+    torch = need("torch")
+    need("numpy")
+    x = _torch_pairs(CODES)
+    capsule = x.__dlpack__()
+    with pytest.raises(dlbridge.DLBridgeError):
+        dlbridge.to_jax(capsule, copy=False)  # raw pairs: not rewritten, not repacked
+    back = torch.from_dlpack(capsule)  # unconsumed and unchanged: torch still reads its own capsule
+    assert back.dtype == torch.float4_e2m1fn_x2 and back.shape == x.shape and back.data_ptr() == x.data_ptr()
+    assert torch.equal(back.view(torch.uint8), x.view(torch.uint8))
