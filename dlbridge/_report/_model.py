@@ -5,9 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._adapters import ADAPTERS
 from .._capabilities import Capabilities
+from .._capsule import DLPackInfo, device_name
+from .._devices import home_of
+from .._dtypes import BY_NAME
 from .._errors import ReadOnlyError
-from .._handoff import Handoff
+from .._handoff import Handoff, decide
+from ._cases import REPORTED
 
 __all__ = ["ATTEMPTS", "Attempt", "Cell", "Export", "Report", "RESULTS", "MODES", "predict", "predict_layout",
            "predict_export", "caps_entry", "capabilities_of"]  # fmt: skip
@@ -284,13 +289,6 @@ def _decided(cell: Cell, caps: Capabilities, device_codes: dict[str, int], layou
     """``decide``'s record for the cell's source (``layout``, ``readonly``) as its producer exports it
     for ``caps`` (versioned where the consumer reads versioned capsules) on the producer's device;
     None where the consumer cannot use that device (``home_of``: the pipeline moves the memory)."""
-    from .._adapters import ADAPTERS
-    from .._capsule import DLPackInfo, device_name
-    from .._devices import home_of
-    from .._dtypes import BY_NAME
-    from .._handoff import decide
-    from ._cases import REPORTED
-
     target = ADAPTERS[cell.consumer]
     home, usable = home_of((device_codes[cell.producer_device], 0), target)
     if not usable:
@@ -306,8 +304,6 @@ def _dlbridge_layout(cell: Cell, caps: Capabilities, device_codes: dict[str, int
     """What ``decide`` does with the layout cell's capsule (as the producer exports it for ``caps``):
     "ok", "copy" (a dense copy first), "readonly" (shared read-only: the capsule's READ_ONLY honoured,
     or the consumer's arrays are immutable) or "ReadOnlyError"."""
-    from .._adapters import ADAPTERS
-
     readonly = cell.layout == "readonly" or cell.readonly_source
     record = _decided(cell, caps, device_codes, cell.layout, readonly)
     if record is None or record.error is not None:
