@@ -61,7 +61,7 @@ static PyObject *configure(PyObject *module, PyObject *args) {
 
 static PyMethodDef accel_methods[] = {
     {"convert", (PyCFunction)(void (*)(void))convert, METH_FASTCALL,
-     "convert(spec, x, fallback, dtype, device, copy, stream): the fast route, else spec's slow callable."},
+     "convert(spec, x, fallback, dtype, device, copy, stream): the fast route, else _route._pipeline."},
     {"probe", probe, METH_O, "probe(capsule): the capsule's raw fields, or None for the Python reader to judge."},
     {"configure", configure, METH_VARARGS, "configure(producers, views, default_cell, fallbacks, not_given, get_default, pipeline)"},
     {NULL, NULL, 0, NULL},
