@@ -16,7 +16,7 @@ from ._capabilities import Capabilities
 from ._capabilities import capabilities as _table
 from ._options import NOT_GIVEN
 from ._route import SPECS
-from ._route import convert as _route
+from ._route import convert as _route  # the Python route; the compiled one (the same steps) where built
 
 if TYPE_CHECKING:
     from ._types import DeviceLike, DTypeLike, FallbackOption, SupportsDLPack
