@@ -130,6 +130,15 @@ class TorchAdapter(Adapter):
         # detach(): an alias that holds the storage itself (see export).
         return (1, api, guards, "detach", None) if is_exchange_api(api) else (0, None, guards, "detach", None)
 
+    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
+        # A GPU tensor is exported by __dlpack__(stream=) (export()): the exchange API exports
+        # without synchronising, and the consumer's stream must wait for torch's. The guards are the
+        # states export() would refuse or correct, so that they are declined before any export.
+        if cls is not self.mod.Tensor:
+            return None
+        return (("is_cuda", False, True), ("requires_grad", False, False), ("is_conj", True, False),
+                ("is_neg", True, False), ("layout", False, self.mod.strided))  # fmt: skip
+
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         found = super().fast_import(caps)
         api = getattr(self.mod.Tensor, "__dlpack_c_exchange_api__", None)

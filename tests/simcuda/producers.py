@@ -204,44 +204,51 @@ def _torch_subclass() -> type:
 
         def __dlpack__(self, *, stream: Any = -1, max_version: Any = None, dl_device: Any = None,
                        copy: Any = None) -> Any:  # type: ignore[override]  # fmt: skip
-            # torch 2.13 torch/_tensor.py Tensor.__dlpack__, lines 1538-1667
-            LOG.add("torch", "export", stream, max_version=max_version, dl_device=dl_device, copy=copy,
-                    device=self._sim_index)  # fmt: skip
             plain = self.as_subclass(torch.Tensor)
-            if plain.requires_grad:
-                raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
-            if self._sim_index != core.STATE.current_device:
-                raise BufferError(
-                    "Can't export tensors on a different CUDA device index. "
-                    f"Expected: {self._sim_index}. Current device: {core.STATE.current_device}."
-                )
-            if stream is not None and type(stream) is not int:
-                raise TypeError("stream must be ``int`` or ``none``")
-            if stream != -1:
-                if stream is None or stream == 1:
-                    target = 0  # torch.cuda.default_stream(): the legacy null stream
-                else:
-                    if stream == 2:
-                        raise BufferError("per-thread default stream is not supported.")
-                    if stream == 0:
-                        raise AssertionError(f"unsupported stream on CUDA: {stream}.")
-                    target = stream
-                current = torch.cuda.current_stream().cuda_stream  # patched by TorchCuda
-                if target != current:
-                    LOG.add("torch", "wait", LEGACY if target == 0 else target, producer_stream=current)
-            if dl_device is not None and tuple(dl_device) == (KDL_CPU, 0):
-                capsule = plain.__dlpack__(max_version=max_version, copy=True if copy is None else copy)
-                return capsule  # a CPU copy, as torch's _to_dlpack(dl_device=CPU) makes it
-            if dl_device is not None and tuple(dl_device) != (KDL_CUDA, self._sim_index):
-                raise BufferError(f"cannot export to device {tuple(dl_device)}")
-            capsule = plain.__dlpack__(max_version=max_version, copy=copy)
-            return core.relabel(capsule, (KDL_CUDA, self._sim_index))
+            return cuda_dlpack(plain, torch.Tensor.__dlpack__, self._sim_index, stream, max_version, dl_device, copy)
 
     _SimCudaTensor = SimCudaTensor
     return SimCudaTensor
 
 
 _SimCudaTensor: type | None = None
+
+
+def cuda_dlpack(plain: Any, cpu_dlpack: Any, index: int, stream: Any, max_version: Any, dl_device: Any,
+                copy: Any) -> Any:  # fmt: skip
+    """torch 2.13 ``torch/_tensor.py`` ``Tensor.__dlpack__`` (lines 1538-1667) for a tensor on
+    ``cuda:<index>`` whose memory is the CPU tensor ``plain`` (exported by ``cpu_dlpack``, torch's own
+    CPU ``__dlpack__``, then relabelled)."""
+    import torch
+
+    LOG.add("torch", "export", stream, max_version=max_version, dl_device=dl_device, copy=copy, device=index)
+    if plain.requires_grad:
+        raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+    if index != core.STATE.current_device:
+        raise BufferError(
+            "Can't export tensors on a different CUDA device index. "
+            f"Expected: {index}. Current device: {core.STATE.current_device}."
+        )
+    if stream is not None and type(stream) is not int:
+        raise TypeError("stream must be ``int`` or ``none``")
+    if stream != -1:
+        if stream is None or stream == 1:
+            target = 0  # torch.cuda.default_stream(): the legacy null stream
+        else:
+            if stream == 2:
+                raise BufferError("per-thread default stream is not supported.")
+            if stream == 0:
+                raise AssertionError(f"unsupported stream on CUDA: {stream}.")
+            target = stream
+        current = torch.cuda.current_stream().cuda_stream  # patched by TorchCuda
+        if target != current:
+            LOG.add("torch", "wait", LEGACY if target == 0 else target, producer_stream=current)
+    if dl_device is not None and tuple(dl_device) == (KDL_CPU, 0):
+        return cpu_dlpack(plain, max_version=max_version, copy=True if copy is None else copy)  # a CPU copy
+    if dl_device is not None and tuple(dl_device) != (KDL_CUDA, index):
+        raise BufferError(f"cannot export to device {tuple(dl_device)}")
+    capsule = cpu_dlpack(plain, max_version=max_version, copy=copy)
+    return core.relabel(capsule, (KDL_CUDA, index))
 
 
 def _moved_to(name: str, args: Any, kwargs: Any) -> int | str | None:
