@@ -14,11 +14,15 @@ on the way) to the full pipeline in ``_convert``, which decides again with every
 what went wrong. Everything framework-specific comes from the adapters (``fast_export``,
 ``fast_import``); the route holds no framework knowledge.
 
-A spec is a one-item list holding the target's *state*: an immutable tuple, read by index (``S_*``,
-mirrored in ``_csrc/accel.h`` and checked by a test), replaced whole when it changes. A replay holds
-the state it started with (one strong reference), so code that runs in the middle of a conversion
-(a ``TorchFunctionMode``, a producer's Python ``__dlpack__``, another thread) and makes dlbridge learn
-again changes what the next call reads, never what this one holds. The routes in a state are keyed by
+A spec is a one-item list holding the target's ``State``, replaced whole when it changes. Three
+records with named fields, immutable and built by keyword: ``State`` (a consumer's state),
+``Producer`` (how arrays of one type are exported) and ``Replay`` (a stored route: the dtype triple
+handed over, what turns the import into the result, and the ``Handoff`` record it replays). Where the
+accelerator is built they are its C types (``dlbridge/_csrc/records.c``), which both routes read;
+else the Python classes here, with the same fields. A replay holds the state it started with (one
+strong reference), so code that runs in the middle of a conversion (a ``TorchFunctionMode``, a
+producer's Python ``__dlpack__``, another thread) and makes dlbridge learn again changes what the next
+call reads, never what this one holds. The routes in a state are keyed by
 ``code | bits << 8 | lanes << 16 | fallback index << 32``.
 
 One rule for errors on the way, on both paths: an ``Exception`` sends the call to the pipeline (which
@@ -29,9 +33,10 @@ and every other ``BaseException`` propagate as they are.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, fields
 from functools import partial
 from math import prod
-from typing import Any
+from typing import Any, ClassVar
 
 from . import _logical
 from ._accelerator import accel
@@ -47,43 +52,79 @@ from ._exchange import export_exchange
 from ._handoff import decide
 from ._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
 
-__all__ = ["SPECS", "convert", "spec_for", "replace_slow"]
+__all__ = ["SPECS", "Producer", "Replay", "State", "convert", "spec_for"]
 
-# State indexes (the same in _csrc/accel.h; tests/test_route_reentrancy.py checks them).
-S_SLOW, S_READY, S_KIND, S_IMPORT, S_API, S_VERSIONED, S_ALIGN, S_READONLY_OK, S_OFFSET_OK = range(9)
-S_ROUTES, S_CAPS_FN, S_CAPS, S_DECIDE, S_SELF, S_SELF_IMPORT, S_SELF_DTYPES, S_LEN = range(9, 16 + 1)
-# Producer entry indexes (the same in accel.h).
-P_KIND, P_HANDLE, P_GUARDS, P_ALIAS, P_RELABEL, P_LEN = range(6)
 # Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
 # through its DLPack C exchange API. Export kinds: x.__dlpack__(), the exchange API, a function.
 IMPORT_CAPSULE, IMPORT_CARRIER, IMPORT_EXCHANGE = 0, 1, 2
 EXPORT_METHOD, EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD_LEGACY = 0, 1, 2, 3
 _VERSION = (1, 3)
 
-# exact type -> producer entry (kind, handle, guards, alias, relabels): filled as arrays of each type
-# pass the pipeline; an entry is replaced whole, never edited.
-_producers: dict[type, tuple[Any, ...]] = {}
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PyState:
+    """A consumer's state (the compiled ``State`` where the accelerator is built; the same fields)."""
+
+    _fields: ClassVar[tuple[str, ...]]
+    target: Any = None  # the consumer's adapter
+    ready: bool = False  # whether the fields below are set: the route replays
+    kind: int = IMPORT_CAPSULE  # how the consumer imports (IMPORT_*) ...
+    importer: Any = None  # ... with this callable
+    api: Any = None  # the consumer's exchange API capsule (IMPORT_EXCHANGE)
+    versioned: bool = False  # whether the consumer reads versioned capsules
+    align: int = 1  # the data alignment it needs
+    readonly_ok: bool = False  # whether it holds read-only memory
+    offset_ok: bool = False  # whether it reads a byte_offset without strides
+    routes: Any = None  # route key -> Replay, or None (the pipeline decides each time)
+    caps_fn: Any = None  # capabilities() where they vary at run time
+    caps: Any = None  # the capability row the routes were decided for
+    decide: Any = None  # decide(key): the key's Replay or None, stored in routes
+    self_type: Any = None  # the consumer's own array type ...
+    self_import: Any = None  # ... handed back as self_import(x) ...
+    self_dtypes: Any = None  # ... for these dtypes (a list, matched by identity)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PyProducer:
+    """How arrays of one exact type are exported (the compiled ``Producer``: the same fields)."""
+
+    _fields: ClassVar[tuple[str, ...]]
+    kind: int = EXPORT_METHOD  # EXPORT_*
+    handle: Any = None  # the exchange API capsule, or the export function
+    guards: tuple[tuple[str, bool, Any], ...] = ()  # (attribute, call, expected): all must hold
+    alias: str | None = None  # a method whose result is exported instead of x
+    relabels: dict[Any, tuple[Any, int]] | None = None  # dtype -> (view dtype, triple its capsule gets)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PyReplay:
+    """A stored route (the compiled ``Replay``: the same fields)."""
+
+    _fields: ClassVar[tuple[str, ...]]
+    wire: int  # the dtype triple the consumer is handed
+    finish: Any = None  # turns the import into the result (a zero-copy view), or None
+    record: Any = None  # the Handoff decide() made, which this route replays
+
+
+for _cls in (_PyState, _PyProducer, _PyReplay):
+    _cls._fields = tuple(f.name for f in fields(_cls))
+
+State: Any = _PyState if accel is None else accel.State
+Producer: Any = _PyProducer if accel is None else accel.Producer
+Replay: Any = _PyReplay if accel is None else accel.Replay
+
+# exact type -> Producer: filled as arrays of each type pass the pipeline; replaced whole, never edited.
+_producers: dict[type, Any] = {}
 _seen: dict[type, int] = {}
 
 
-def _state(slow: Any, **fields: Any) -> tuple[Any, ...]:
-    state: list[Any] = [None] * S_LEN
-    state[S_SLOW], state[S_READY] = slow, False
-    for name, value in fields.items():
-        state[globals()[name]] = value
-    return tuple(state)
+def _state(target: Adapter) -> Any:
+    """A state not yet prepared: the next conversion through the pipeline prepares it."""
+    return State(target=target)
 
 
 def _spec(target: Adapter) -> list[Any]:
-    spec: list[Any] = [None]
-
-    def slow(x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any) -> Any:
-        result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream)
-        _learn(spec, target, x, result if dtype is device is copy is stream is None else None)
-        return result
-
-    spec[0] = _state(slow)
-    return spec
+    return [_state(target)]
 
 
 SPECS: dict[str, list[Any]] = {name: _spec(a) for name, a in ADAPTERS.items()}
@@ -93,24 +134,25 @@ def spec_for(target: Adapter) -> list[Any]:
     return SPECS[target.name]
 
 
-def replace_slow(spec: list[Any], slow: Any) -> Any:
-    """Put ``slow`` in place of the spec's pipeline callable (tests count the calls); returns the old one."""
-    state = spec[0]
-    spec[0] = (*state[:S_SLOW], slow, *state[S_SLOW + 1 :])
-    return state[S_SLOW]
+def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any) -> Any:
+    """What both routes decline to: the full pipeline converts x, then the route learns from it."""
+    target = spec[0].target
+    result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream)
+    _learn(spec, target, x, result if dtype is device is copy is stream is None else None)
+    return result
 
 
 def _learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
     """After a conversion through the pipeline: make the target's state ready, and note x's type."""
     if target.loaded():
         caps = target.capabilities()
-        if spec[0][S_CAPS] is not caps:
-            spec[0] = _prepare(spec[0][S_SLOW], target, caps)
+        if spec[0].caps is not caps:
+            spec[0] = _prepare(target, caps)
     state = spec[0]
-    if result is not None and type(x) is state[S_SELF] and type(result) is type(x):
-        # Its own array type: the route may hand back x's own kind of alias (S_SELF_IMPORT), but only
+    if result is not None and type(x) is state.self_type and type(result) is type(x):
+        # Its own array type: the route may hand back x's own kind of alias (self_import), but only
         # for dtypes the pipeline took as they are (it refuses others: object, byte-swapped, ...).
-        dtypes, dtype = state[S_SELF_DTYPES], x.dtype
+        dtypes, dtype = state.self_dtypes, x.dtype
         if result.dtype == dtype and not any(d is dtype for d in dtypes) and len(dtypes) < 64:
             dtypes.append(dtype)  # matched by identity (a dtype's hash is slow): its own dtype objects
     # x's type, asked again when more modules have loaded (an export may depend on them: ml_dtypes).
@@ -127,37 +169,38 @@ def _learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
         return
     if len(_producers) >= 64:
         _producers.clear()
-    _producers[cls] = tuple(export)
+    kind, handle, guards, alias, relabels = export
+    _producers[cls] = Producer(kind=kind, handle=handle, guards=tuple(guards), alias=alias, relabels=relabels)
 
 
-def _prepare(slow: Any, target: Adapter, caps: Capabilities) -> tuple[Any, ...]:
-    """The target's state for capability row ``caps``: a new tuple (routes decided afresh)."""
+def _prepare(target: Adapter, caps: Capabilities) -> Any:
+    """The target's state for capability row ``caps``: a new State (routes decided afresh)."""
     found = target.fast_import(caps)
     if found is None:
-        return _state(slow, S_CAPS=caps)
+        return State(target=target, caps=caps)
     routes: dict[int, Any] = {}
     self_type, self_import = target.fast_self_import() or (None, None)
-    return _state(
-        slow,
-        S_READY=True,
-        S_KIND=found[0],
-        S_IMPORT=found[1],
-        S_API=found[2],
-        S_VERSIONED=caps.versioned_capsules,
-        S_ALIGN=target.import_alignment(caps),
-        S_READONLY_OK=caps.readonly_arrays,
-        S_OFFSET_OK=not caps.offset_needs_strides,
-        S_ROUTES=routes,
-        S_CAPS_FN=target.capabilities if target.dynamic_capabilities else None,
-        S_CAPS=caps,
-        S_DECIDE=partial(_decide_into, routes, target, caps),
-        S_SELF=self_type,
-        S_SELF_IMPORT=self_import,
-        S_SELF_DTYPES=[],
+    return State(
+        target=target,
+        ready=True,
+        kind=found[0],
+        importer=found[1],
+        api=found[2],
+        versioned=caps.versioned_capsules,
+        align=target.import_alignment(caps),
+        readonly_ok=caps.readonly_arrays,
+        offset_ok=not caps.offset_needs_strides,
+        routes=routes,
+        caps_fn=target.capabilities if target.dynamic_capabilities else None,
+        caps=caps,
+        decide=partial(_decide_into, routes, target, caps),
+        self_type=self_type,
+        self_import=self_import,
+        self_dtypes=[],
     )
 
 
-def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, key: int) -> tuple[int, Any] | None:
+def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, key: int) -> Any:
     route = _decide(target, caps, key)
     if len(routes) >= 1024:  # dtype codes are few; a bound all the same
         routes.clear()
@@ -165,11 +208,11 @@ def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, ke
     return route
 
 
-def _decide(target: Adapter, caps: Capabilities, key: int) -> tuple[int, Any] | None:
-    """The route for one (consumer row, dtype, fallback): the record ``decide`` makes for a plain
-    capsule of that dtype (dense C order, writable, the capsule kind the consumer reads), kept where
-    it is a native import or a zero-copy relabel; None: the pipeline decides each time (a refusal,
-    a remembered view, an upcasting copy)."""
+def _decide(target: Adapter, caps: Capabilities, key: int) -> Any:
+    """The route for one (consumer row, dtype, fallback): a Replay of the record ``decide`` makes for
+    a plain capsule of that dtype (dense C order, writable, the capsule kind the consumer reads), kept
+    where it is a native import or a zero-copy relabel; None: the pipeline decides each time (a
+    refusal, a remembered view, an upcasting copy)."""
     code, bits, lanes, fallback = key & 0xFF, (key >> 8) & 0xFF, (key >> 16) & 0xFFFF, key >> 32
     name = BY_TRIPLE.get((code, bits, lanes))
     if name is None:
@@ -182,10 +225,12 @@ def _decide(target: Adapter, caps: Capabilities, key: int) -> tuple[int, Any] | 
         return None
     triple = key & 0xFFFFFFFF
     if plan.mode == "native":
-        return (triple, None)
+        return Replay(wire=triple, finish=None, record=record)
     if plan.mode == "reinterpret":
         wire = BY_NAME[plan.wire]
-        return (wire.code | wire.bits << 8 | wire.lanes << 16, target.viewer(plan.logical))
+        return Replay(
+            wire=wire.code | wire.bits << 8 | wire.lanes << 16, finish=target.viewer(plan.logical), record=record
+        )
     return None
 
 
@@ -194,15 +239,16 @@ def _decide(target: Adapter, caps: Capabilities, key: int) -> tuple[int, Any] | 
 _views = _logical._entries  # mutated in place, never rebound
 
 
-def _convert_py(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any) -> Any:
+def convert(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any) -> Any:
+    """x converted for the spec's target: a replayed route, else the pipeline (``_pipeline``)."""
     state = spec[0]  # held for the whole call (see the module docstring)
-    if dtype is None and device is None and copy is None and stream is None and state[S_READY]:
+    if dtype is None and device is None and copy is None and stream is None and state.ready:
         producer = _producers.get(type(x))
         if producer is not None and not (_views and id(x) in _views):
             result = _replay(state, producer, x, fallback)
             if result is not _DECLINED:
                 return result
-    return state[S_SLOW](x, fallback, dtype, device, copy, stream)
+    return _pipeline(spec, x, fallback, dtype, device, copy, stream)
 
 
 _DECLINED = object()
@@ -211,19 +257,19 @@ _DECLINED = object()
 _FALLBACK_INDEX = {name: i for i, name in enumerate(FALLBACKS)}
 
 
-def _replay(state: tuple[Any, ...], producer: tuple[Any, ...], x: Any, fallback: Any) -> Any:
+def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
     if fallback is NOT_GIVEN or fallback is None:
         fallback = default_cell[0] or get_default_fallback()  # None: a fallback_policy block was used
     fb = _FALLBACK_INDEX.get(fallback) if type(fallback) is str else None  # an array's == is elementwise
     if fb is None:
         return _DECLINED
     try:
-        caps_fn = state[S_CAPS_FN]
-        if caps_fn is not None and caps_fn() is not state[S_CAPS]:
+        caps_fn = state.caps_fn
+        if caps_fn is not None and caps_fn() is not state.caps:
             return _DECLINED
-        if type(x) is state[S_SELF]:  # its own array: no capsule at all, for dtypes the pipeline took
+        if type(x) is state.self_type:  # its own array: no capsule at all, for dtypes the pipeline took
             dtype = x.dtype
-            return state[S_SELF_IMPORT](x) if any(d is dtype for d in state[S_SELF_DTYPES]) else _DECLINED
+            return state.self_import(x) if any(d is dtype for d in state.self_dtypes) else _DECLINED
         capsule = _export(state, producer, x)
     except MemoryError:
         raise
@@ -234,18 +280,18 @@ def _replay(state: tuple[Any, ...], producer: tuple[Any, ...], x: Any, fallback:
         return _DECLINED
     triple = raw[8] | raw[9] << 8 | raw[10] << 16
     key = triple | fb << 32
-    route = state[S_ROUTES].get(key, _DECLINED)
-    if route is _DECLINED:
-        route = state[S_DECIDE](key)
-    if route is None:
+    replay = state.routes.get(key, _DECLINED)
+    if replay is _DECLINED:
+        replay = state.decide(key)
+    if replay is None:
         return _DECLINED
-    return _import(state, capsule, triple, route)
+    return _import(state, capsule, triple, replay)
 
 
-def _export(state: tuple[Any, ...], producer: tuple[Any, ...], x: Any) -> Any:
-    """x's capsule as the producer entry says; guards that fail raise (a decline)."""
-    kind, handle, guards, alias, relabels = producer
-    for name, call, expected in guards:
+def _export(state: Any, producer: Any, x: Any) -> Any:
+    """x's capsule as the Producer says; guards that fail raise (a decline)."""
+    kind, alias, relabels = producer.kind, producer.alias, producer.relabels
+    for name, call, expected in producer.guards:
         value = getattr(x, name)
         if (value() if call else value) is not expected:
             raise _Declined
@@ -253,12 +299,12 @@ def _export(state: tuple[Any, ...], producer: tuple[Any, ...], x: Any) -> Any:
     source = x if alias is None else getattr(x, alias)()
     if relabel is not None:  # a dtype the framework holds but cannot export
         source = x.view(relabel[0])
-    if kind == EXPORT_EXCHANGE and state[S_VERSIONED]:  # (the exchange API makes versioned tensors only)
-        capsule = export_exchange(handle, source)
+    if kind == EXPORT_EXCHANGE and state.versioned:  # (the exchange API makes versioned tensors only)
+        capsule = export_exchange(producer.handle, source)
     elif kind == EXPORT_FUNCTION:
-        capsule = handle(source)
+        capsule = producer.handle(source)
     else:
-        legacy = not state[S_VERSIONED] or kind == EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
+        legacy = not state.versioned or kind == EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
         capsule = source.__dlpack__() if legacy else source.__dlpack__(max_version=_VERSION)
     if relabel is not None:
         relabel_triple(capsule, relabel[1])
@@ -269,15 +315,15 @@ class _Declined(Exception):
     """A guard that does not hold: the pipeline converts x."""
 
 
-def _plain(state: tuple[Any, ...], raw: tuple[Any, ...]) -> bool:
+def _plain(state: Any, raw: tuple[Any, ...]) -> bool:
     """Whether a probed capsule is what the route replays: CPU device 0, dense C order, flags and
     alignment the consumer takes."""
     is_versioned, _, _, flags, data, device_type, device_id, _, _, bits, lanes, shape, strides, offset = raw
-    if device_type != 1 or device_id or (is_versioned and not state[S_VERSIONED]):
+    if device_type != 1 or device_id or (is_versioned and not state.versioned):
         return False
-    if (strides and strides != c_strides(shape)) or (flags & 1 and not state[S_READONLY_OK]):
+    if (strides and strides != c_strides(shape)) or (flags & 1 and not state.readonly_ok):
         return False
-    if offset and not state[S_OFFSET_OK]:
+    if offset and not state.offset_ok:
         return False
     size = prod(shape)
     if not size:
@@ -285,15 +331,15 @@ def _plain(state: tuple[Any, ...], raw: tuple[Any, ...]) -> bool:
     span = size * ((bits * lanes + 7) // 8)
     if (shape and min(shape) < 0) or not data or data + offset + span >= 1 << 64 or span >= 1 << 62:
         return False
-    return not (data + offset) % state[S_ALIGN]
+    return not (data + offset) % state.align
 
 
-def _import(state: tuple[Any, ...], capsule: Any, triple: int, route: tuple[int, Any]) -> Any:
-    wire, finish = route
+def _import(state: Any, capsule: Any, triple: int, replay: Any) -> Any:
+    wire, finish = replay.wire, replay.finish
     if wire != triple:
         relabel_triple(capsule, wire)
     try:
-        result = state[S_IMPORT](Carrier(capsule, (1, 0)) if state[S_KIND] == IMPORT_CARRIER else capsule)
+        result = state.importer(Carrier(capsule, (1, 0)) if state.kind == IMPORT_CARRIER else capsule)
     except MemoryError:
         raise
     except Exception:
@@ -303,8 +349,10 @@ def _import(state: tuple[Any, ...], capsule: Any, triple: int, route: tuple[int,
     return result if finish is None else finish(result)
 
 
+_convert_py = convert  # the Python route, by this name also where the compiled one is bound over it
+
 if accel is not None:
-    accel.configure(_producers, _views, default_cell, FALLBACKS, NOT_GIVEN, get_default_fallback)
+    # The compiled route (dlbridge/_csrc/route.c) takes the same steps as ``convert`` above, reading the
+    # same records, and declines to the same ``_pipeline``.
+    accel.configure(_producers, _views, default_cell, FALLBACKS, NOT_GIVEN, get_default_fallback, _pipeline)
     convert = accel.convert
-else:
-    convert = _convert_py

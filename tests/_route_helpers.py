@@ -79,22 +79,18 @@ def pipeline(x: Any, to: str, fallback: Any = NOT_GIVEN, dtype: Any = None, devi
 
 @contextmanager
 def counting_declines() -> Iterator[Counter[str]]:
-    """Count the calls that reach each target's pipeline (the spec's slow callable): the first call
-    of a kind, and every one the route declines. Both routes read the callable from the spec."""
+    """Count the calls that reach each target's pipeline: the first call of a kind, and every one the
+    route declines. Both routes decline to ``_route._pipeline``, which calls ``_route._convert`` (the
+    pipeline itself) by name: wrapped here, for the compiled and the Python route alike."""
     counts: Counter[str] = Counter()
-    saved = {name: spec[0][_route.S_SLOW] for name, spec in _route.SPECS.items()}
+    pipeline = _route._convert
 
-    def counted(name: str, slow: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any) -> Any:
-            counts[name] += 1
-            return slow(*args)
+    def counted(x: Any, target: Any, *args: Any) -> Any:
+        counts[target.name] += 1
+        return pipeline(x, target, *args)
 
-        return call
-
-    for name, spec in _route.SPECS.items():
-        _route.replace_slow(spec, counted(name, saved[name]))
+    _route._convert = counted  # type: ignore[assignment]
     try:
         yield counts
     finally:
-        for name, spec in _route.SPECS.items():
-            _route.replace_slow(spec, saved[name])
+        _route._convert = pipeline

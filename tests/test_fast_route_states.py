@@ -244,7 +244,7 @@ def test_numpy_into_numpy_replays_the_dtypes_it_took(dtype: str) -> None:
     x = np.arange(6).astype(np_dtype)
     expected = _same_as_pipeline(lambda: x, "numpy")
     assert expected[0] == "ok" and expected[2] == dtype and expected[6], expected
-    if not _route.SPECS["numpy"][0][_route.S_READY]:
+    if not _route.SPECS["numpy"][0].ready:
         pytest.skip(f"NumPy {np.__version__} imports read-only (before 2.2): its conversions take the pipeline")
     with counting_declines() as counts:
         out = dlbridge.to_numpy(x)

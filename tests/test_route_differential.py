@@ -343,13 +343,8 @@ def forget() -> None:
     _options._refresh_cell()
     _route._producers.clear()
     _route._seen.clear()
-    for spec in _route.SPECS.values():
-        if hasattr(_route, "T_READY"):  # the spec holds its fields
-            spec[_route.T_READY] = False
-            spec[_route.T_ROUTES] = {}
-            spec[_route.T_CAPS] = None
-        else:  # the spec holds one state, replaced whole: a fresh one around the same pipeline callable
-            spec[0] = _route._state(spec[0][_route.S_SLOW])
+    for spec in _route.SPECS.values():  # the spec holds one state, replaced whole: a fresh one
+        spec[0] = _route._state(spec[0].target)
 
 
 def import_a_module() -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge import _route
+from dlbridge import _accelerator, _route
 from tests.conftest import need
 
 pytestmark = pytest.mark.isolated
@@ -53,9 +53,10 @@ def _relearn() -> None:
     dlbridge.to_jax(n, copy=True)
     jax.config.update("jax_enable_x64", x64)
     dlbridge.to_jax(n, copy=True)
-    # A freed 5-tuple goes to CPython's freelist and is handed to the next 5-tuple: this one is the
-    # torch producer entry with its guards removed (kind, handle, guards, alias, relabels).
+    # Freed records' memory is handed to the next objects of their size: look-alikes of the torch
+    # Producer with its guards removed, and tuples of its fields of every size.
     api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    _junk.extend(_route.Producer(kind=1, handle=api, guards=(), alias="detach") for _ in range(64))
     for size in range(1, 9):
         _junk.extend((1, api, (), "detach", None, None, None, None)[:size] for _ in range(64))
     _junk.extend(lambda x: x for _ in range(64))
@@ -242,7 +243,7 @@ def test_the_route_is_in_use() -> None:
             dlbridge.to_torch(t)
     assert counts["torch"] == 0, counts
     assert counts["jax"] <= 1, counts  # at most the first to_jax: the pipeline, then replays
-    assert _route.SPECS["torch"][0][_route.S_READY]
+    assert _route.SPECS["torch"][0].ready
 
 
 # --- errors raised in the middle of a conversion: only Exceptions send it to the pipeline -----------
@@ -325,20 +326,83 @@ def test_an_ordinary_error_in_the_middle_goes_to_the_pipeline() -> None:
     np.testing.assert_array_equal(np.asarray(out), np.arange(4, dtype=np.float32))
 
 
-# --- the layout both sides read ---------------------------------------------------------------------
+# --- the records both routes read -------------------------------------------------------------------
 
 
-def test_state_and_producer_indexes_match_the_c_header() -> None:
+def _records() -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Each record type with one set of fields (all of them, none the default)."""
+    state = {
+        "target": "numpy", "ready": True, "kind": 1, "importer": len, "api": "api", "versioned": True, "align": 64,
+        "readonly_ok": True, "offset_ok": True, "routes": {}, "caps_fn": abs, "caps": "caps", "decide": len,
+        "self_type": int, "self_import": str, "self_dtypes": [],
+    }  # fmt: skip
+    producer = {"kind": 2, "handle": len, "guards": (("is_cpu", False, True),), "alias": "detach", "relabels": {1: 2}}
+    replay = {"wire": 0x1_10_02, "finish": abs, "record": "record"}
+    return {"State": (_route._PyState, state), "Producer": (_route._PyProducer, producer),
+            "Replay": (_route._PyReplay, replay)}  # fmt: skip
+
+
+def test_the_compiled_records_have_the_python_records_fields() -> None:
+    accel = _accelerator.accel
+    for name, (py, values) in _records().items():
+        assert py._fields == tuple(values), name  # every field, in order
+        assert getattr(_route, name) is (py if accel is None else getattr(accel, name))
+        if accel is None:
+            continue
+        c = getattr(accel, name)
+        assert c._fields == py._fields, name
+        made_c, made_py = c(**values), py(**values)
+        for field in c._fields:  # the same values read back by name
+            assert getattr(made_c, field) == getattr(made_py, field) == values[field], (name, field)
+        with pytest.raises(AttributeError):
+            setattr(made_c, c._fields[0], None)  # read-only, as the frozen Python records
+        with pytest.raises(TypeError):
+            c(*values.values())  # keyword-only
+
+
+def test_the_kind_numbers_match_the_c_header() -> None:
     import re
     from pathlib import Path
 
     # The package's own copy (the checkout's, or the installed one: the wheel ships _csrc/ too).
     header = (Path(dlbridge.__file__).parent / "_csrc" / "accel.h").read_text()
-    for prefix in ("S_", "P_", "IMPORT_", "EXPORT_"):
-        for enum in re.findall(r"enum \{([^}]*)\}", header):
-            names = [n.strip() for n in enum.split(",") if n.strip()]
-            if not names[0].startswith(prefix):
-                continue
-            for i, entry in enumerate(names):
-                name, _, value = (part.strip() for part in entry.partition("="))
-                assert getattr(_route, name) == (int(value) if value else i), name
+    enums = [e for e in re.findall(r"enum \{([^}]*)\}", header) if re.search(r"\b(IMPORT|EXPORT)_", e)]
+    assert len(enums) == 2, enums
+    for entry in (e.strip() for enum in enums for e in enum.split(",")):
+        name, _, value = (part.strip() for part in entry.partition("="))
+        assert getattr(_route, name) == int(value), name
+
+
+def test_records_the_compiled_route_cannot_read_are_refused_or_declined() -> None:
+    """A spec not holding a compiled State raises a TypeError; a Producer or Replay of another type
+    is declined (the pipeline converts x); a record made with fields the C code would misread raises."""
+    accel = _accelerator.accel
+    if accel is None:
+        pytest.skip("the compiled route is not built")
+    from dlbridge._options import NOT_GIVEN
+
+    x = np.arange(6, dtype=np.float32)
+    numpy_state = _route.SPECS["numpy"][0]
+    for spec in ([("a", "tuple")], [_route._PyState(target=numpy_state.target)], [], [numpy_state, 1], "spec"):
+        with pytest.raises(TypeError, match=r"one-item list holding a dlbridge\._accel\.State"):
+            accel.convert(spec, x, NOT_GIVEN, None, None, None, None)
+    dlbridge.to_torch(x)  # learned: the numpy Producer, torch's State and its float32 Replay
+    torch_state, producer = _route.SPECS["torch"][0], _route._producers[np.ndarray]
+    assert isinstance(producer, accel.Producer) and torch_state.ready and torch_state.routes
+    for key, replay in list(torch_state.routes.items()):
+        assert replay is None or (isinstance(replay, accel.Replay) and replay.record.plan is not None)
+        torch_state.routes[key] = (replay.wire, replay.finish) if replay else None  # a tuple: declined
+    _route._producers[np.ndarray] = tuple(getattr(producer, f) for f in producer._fields)
+    out = accel.convert(_route.SPECS["torch"], x, NOT_GIVEN, None, None, None, None)
+    np.testing.assert_array_equal(out.numpy(), x)
+    assert out.data_ptr() == x.ctypes.data
+    for bad in ({"ready": True}, {"ready": True, "routes": {}, "self_dtypes": (), "importer": len, "decide": len},
+                {"align": 0}):  # fmt: skip
+        with pytest.raises(TypeError):
+            accel.State(target=None, **bad)
+    for bad_producer in ({"guards": [("is_cpu", False, True)]}, {"alias": 1}, {"relabels": [1]}, {"kind": "1"}):
+        with pytest.raises(TypeError):
+            accel.Producer(**bad_producer)
+    for bad_replay in ({"wire": -1}, {"wire": 1 << 32}, {"finish": 1}, {}):
+        with pytest.raises((TypeError, OverflowError)):
+            accel.Replay(**bad_replay)

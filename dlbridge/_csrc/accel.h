@@ -14,7 +14,7 @@
 #include <string.h>
 #include <structmember.h>
 
-#define ACCEL_ABI 3
+#define ACCEL_ABI 4
 
 /* Py_SETREF / Py_XSETREF are not in the limited API before 3.12. */
 #define SETREF(dst, src) do { PyObject *_old = (PyObject *)(dst); (dst) = (src); Py_DECREF(_old); } while (0)
@@ -65,16 +65,46 @@ typedef struct {
 #define USED_VERSIONED "used_dltensor_versioned"
 #define EXCHANGE "dlpack_exchange_api"
 
-/* --- the state layout (dlbridge/_route.py; tests/test_route_reentrancy.py checks they agree) ---- */
-/* A spec is a one-item list holding the target's state, an immutable tuple read by these indexes. */
-enum { S_SLOW, S_READY, S_KIND, S_IMPORT, S_API, S_VERSIONED, S_ALIGN, S_READONLY_OK, S_OFFSET_OK,
-       S_ROUTES, S_CAPS_FN, S_CAPS, S_DECIDE, S_SELF, S_SELF_IMPORT, S_SELF_DTYPES, S_LEN };
+/* --- the route's records (records.c; built by dlbridge/_route.py, read here by field) ---------- */
+/* A spec is a one-item list holding the target's State, replaced whole when it changes. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *target;       /* the consumer's adapter (for the pipeline) */
+    PyObject *importer;     /* the consumer's import: importer(capsule or carrier) */
+    PyObject *api;          /* the consumer's exchange API capsule, or None */
+    PyObject *routes;       /* dict: route key -> Replay or None */
+    PyObject *caps_fn;      /* capabilities() where they vary at run time, else None */
+    PyObject *caps;         /* the capability row the routes were decided for */
+    PyObject *decide;       /* decide(key): the Replay (stored), or None */
+    PyObject *self_type;    /* the consumer's own array type, or None */
+    PyObject *self_import;  /* f(x) for x of self_type */
+    PyObject *self_dtypes;  /* list: the dtypes of self_type the pipeline took as they are */
+    long align;             /* the data alignment the consumer needs (>= 1) */
+    int kind;               /* IMPORT_* */
+    char ready, versioned, readonly_ok, offset_ok;
+} StateRecord;
+typedef struct {
+    PyObject_HEAD
+    PyObject *handle;       /* the exchange API capsule, or the export function */
+    PyObject *guards;       /* tuple of (attribute, call, expected) */
+    PyObject *alias;        /* a method name whose result is exported instead of x, or None */
+    PyObject *relabels;     /* dict: dtype -> (view dtype, triple), or None */
+    int kind;               /* EXPORT_* */
+} ProducerRecord;
+typedef struct {
+    PyObject_HEAD
+    PyObject *finish;       /* f(imported) -> result, or None */
+    PyObject *record;       /* the decision record (dlbridge._handoff.Handoff) this route replays */
+    long long wire;         /* the dtype triple the consumer is handed: code | bits << 8 | lanes << 16 */
+} ReplayRecord;
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
-enum { P_KIND, P_HANDLE, P_GUARDS, P_ALIAS, P_RELABEL, P_LEN };
 enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2, EXPORT_METHOD_LEGACY = 3 };
+extern PyObject *g_state_type, *g_producer_type, *g_replay_type;
+int records_init(PyObject *module);
 
 /* Set once by configure(). */
-extern PyObject *g_producers;     /* dict: exact type -> producer spec tuple */
+extern PyObject *g_producers;     /* dict: exact type -> Producer */
+extern PyObject *g_pipeline;      /* _route._pipeline(spec, x, fallback, dtype, device, copy, stream) */
 extern PyObject *g_views;         /* dict: id(view) -> record (_logical._entries) */
 extern PyObject *g_default;       /* list [fallback name or None]: the default when no scope is open */
 extern PyObject *g_fallbacks;     /* tuple of the fallback names, index = route key bits 32.. */

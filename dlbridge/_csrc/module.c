@@ -2,21 +2,22 @@
  *
  * convert() (route.c) replays a conversion that dlbridge/_route.py has already decided: a CPU array
  * of a framework's own type, dense C order, no keyword but fallback=. Everything else, and anything
- * unexpected on the way, goes to the full Python pipeline (the spec's "slow" callable), which makes the
- * same decision with every check and message. So this code holds no framework knowledge and no error
- * messages: it reads what _route.py hands it (the T_ and P_ indexes there, mirrored in accel.h) and
+ * unexpected on the way, goes to the full Python pipeline (_route._pipeline), which makes the same
+ * decision with every check and message. So this code holds no framework knowledge and no error
+ * messages: it reads what _route.py hands it (State, Producer and Replay records, records.c) and
  * declines whatever it does not recognise.
  *
  * Also: probe() (capsules.c), the capsule reader's compact form; Carrier (objects.c), a single-use
  * object that hands a ready capsule to consumers that only take objects with __dlpack__; Route
- * (objects.c), the public to_<framework> functions' compiled form.
+ * (objects.c), the public to_<framework> functions' compiled form; State, Producer, Replay (records.c).
  *
  * CPython limited API 3.10 (abi3): one build serves every supported Python.
  */
 #include "accel.h"
 
 /* Set once by configure(). */
-PyObject *g_producers;     /* dict: exact type -> producer spec tuple */
+PyObject *g_producers;     /* dict: exact type -> Producer */
+PyObject *g_pipeline;      /* _route._pipeline(spec, x, fallback, dtype, device, copy, stream) */
 PyObject *g_views;         /* dict: id(view) -> record (_logical._entries) */
 PyObject *g_default;       /* list [fallback name or None]: the default when no scope is open */
 PyObject *g_fallbacks;     /* tuple of the fallback names, index = route key bits 32.. */
@@ -30,12 +31,12 @@ PyObject *g_view;          /* "view" */
 PyObject *g_cpu;           /* (1, 0) */
 PyObject *g_carrier_type;
 
-/* configure(producers, views, default_cell, fallbacks, not_given, get_default) */
+/* configure(producers, views, default_cell, fallbacks, not_given, get_default, pipeline) */
 static PyObject *configure(PyObject *module, PyObject *args) {
     (void)module;
-    PyObject *producers, *views, *cell, *fallbacks, *not_given, *get_default;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OO", &PyDict_Type, &producers, &PyDict_Type, &views, &PyList_Type, &cell,
-                          &PyTuple_Type, &fallbacks, &not_given, &get_default))
+    PyObject *producers, *views, *cell, *fallbacks, *not_given, *get_default, *pipeline;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOO", &PyDict_Type, &producers, &PyDict_Type, &views, &PyList_Type, &cell,
+                          &PyTuple_Type, &fallbacks, &not_given, &get_default, &pipeline))
         return NULL;
     if (PyList_Size(cell) != 1) {
         PyErr_SetString(PyExc_ValueError, "default_cell must hold one item");
@@ -47,6 +48,8 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     Py_INCREF(fallbacks);
     Py_INCREF(not_given);
     Py_INCREF(get_default);
+    Py_INCREF(pipeline);
+    XSETREF(g_pipeline, pipeline);
     XSETREF(g_get_default, get_default);
     XSETREF(g_producers, producers);
     XSETREF(g_views, views);
@@ -60,7 +63,7 @@ static PyMethodDef accel_methods[] = {
     {"convert", (PyCFunction)(void (*)(void))convert, METH_FASTCALL,
      "convert(spec, x, fallback, dtype, device, copy, stream): the fast route, else spec's slow callable."},
     {"probe", probe, METH_O, "probe(capsule): the capsule's raw fields, or None for the Python reader to judge."},
-    {"configure", configure, METH_VARARGS, "configure(producers, views, default_cell, fallbacks, not_given, get_default)"},
+    {"configure", configure, METH_VARARGS, "configure(producers, views, default_cell, fallbacks, not_given, get_default, pipeline)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -73,7 +76,7 @@ PyMODINIT_FUNC PyInit__accel(void) {
     if (m == NULL) return NULL;
     g_carrier_type = PyType_FromSpec(&carrier_spec);
     PyObject *route_type = PyType_FromSpec(&route_spec);
-    if (objects_init() < 0) {
+    if (objects_init() < 0 || records_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,7 +1,7 @@
 /* The fast route: convert() replays a route _route.py decided, or hands the call to the pipeline.
  *
- * Ownership: everything a call reads from dlbridge's tables (the target's state tuple, the producer
- * entry, a relabel entry, a route) is held by a strong reference in `Call` from the moment it is read
+ * Ownership: everything a call reads from dlbridge's tables (the target's State, the Producer of
+ * type(x), a relabel entry, a Replay) is held by a strong reference in `Call` from the moment it is read
  * until the call ends, because any call into Python on the way (a guard under a TorchFunctionMode, a
  * producer's Python __dlpack__, the consumer's import, another thread) may make dlbridge learn again,
  * which replaces those objects. Each step returns STEP_OK, STEP_DECLINE (the pipeline converts x) or
@@ -17,10 +17,10 @@ enum { STEP_OK = 0, STEP_DECLINE = 1, STEP_ERROR = -1 };
 
 typedef struct {
     PyObject *const *args;              /* spec, x, fallback, dtype, device, copy, stream (the caller's) */
-    PyObject *state;                    /* the target's state tuple (S_*) */
-    PyObject *producer;                 /* the producer entry of type(x) (P_*) */
+    StateRecord *state;                 /* the target's State (spec[0] when the call began) */
+    ProducerRecord *producer;           /* the Producer of type(x) */
     PyObject *capsule;                  /* the export, as a capsule */
-    PyObject *route;                    /* (wire triple, finish or None) */
+    ReplayRecord *replay;               /* the stored route: wire triple, finish */
     PyObject *result;                   /* what the caller gets */
     DLManagedTensorVersioned *managed;  /* an exchange-API export, until a capsule or consumer owns it */
     DLTensor *tensor;                   /* the exported tensor (inside capsule or managed) */
@@ -29,10 +29,6 @@ typedef struct {
     long fallback;                      /* the fallback's index in g_fallbacks */
     int versioned;                      /* whether the export is a versioned tensor */
 } Call;
-
-/* Items of the state and producer tuples (their sizes are checked in begin()); borrowed from them. */
-#define ITEM(c, i) PyTuple_GetItem((c)->state, (i))
-#define PITEM(c, i) PyTuple_GetItem((c)->producer, (i))
 
 /* After a failure: STEP_DECLINE for an Exception the pipeline will meet again (cleared), STEP_ERROR
  * for anything else (left set); with no error set, STEP_DECLINE. */
@@ -45,17 +41,13 @@ static int settle(void) {
     return STEP_ERROR;
 }
 
-static PyObject *call_slow(PyObject *const *args) {
-    PyObject *state = PyList_GetItem(args[0], 0);
-    if (state == NULL || !PyTuple_Check(state) || PyTuple_Size(state) != S_LEN) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "convert(): not a dlbridge route spec");
+/* The full pipeline (_route._pipeline), which converts x and learns from it. */
+static PyObject *call_pipeline(PyObject *const *args) {
+    if (g_pipeline == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.convert(): configure() was not called");
         return NULL;
     }
-    Py_INCREF(state);
-    PyObject *slow = PyTuple_GetItem(state, S_SLOW);
-    PyObject *result = PyObject_CallFunctionObjArgs(slow, args[1], args[2], args[3], args[4], args[5], args[6], NULL);
-    Py_DECREF(state);
-    return result;
+    return PyObject_CallFunctionObjArgs(g_pipeline, args[0], args[1], args[2], args[3], args[4], args[5], args[6], NULL);
 }
 
 /* fallback= as the index of its canonical name; anything else (a str subclass, an array): decline. */
@@ -81,36 +73,45 @@ static int find_fallback(Call *c) {
     return c->fallback < 0 ? STEP_DECLINE : STEP_OK;
 }
 
-/* The call's shape, the target's state and x's producer entry, or a decline. */
+/* The spec's State (a strong reference), or an error: a spec is a one-item list holding a State. */
+static int take_state(Call *c) {
+    PyObject *spec = c->args[0];
+    PyObject *state = PyList_Check(spec) && PyList_Size(spec) == 1 ? PyList_GetItem(spec, 0) : NULL;
+    if (state == NULL || Py_TYPE(state) != (PyTypeObject *)g_state_type) {
+        PyErr_Format(PyExc_TypeError, "dlbridge._accel.convert(): spec must be a one-item list holding a "
+                     "dlbridge._accel.State, not %R", spec);
+        return STEP_ERROR;
+    }
+    Py_INCREF(state);
+    c->state = (StateRecord *)state;
+    return STEP_OK;
+}
+
+/* The call's shape, the target's state and x's Producer, or a decline. */
 static int begin(Call *c) {
     PyObject *const *args = c->args;
-    if (args[3] != Py_None || args[4] != Py_None || args[5] != Py_None || args[6] != Py_None ||
-        g_producers == NULL || !PyList_Check(args[0]) || PyList_Size(args[0]) != 1)
-        return STEP_DECLINE;
-    c->state = PyList_GetItem(args[0], 0);
-    if (c->state == NULL || !PyTuple_Check(c->state) || PyTuple_Size(c->state) != S_LEN) {
-        c->state = NULL;
-        return settle();
-    }
-    Py_INCREF(c->state);
-    if (ITEM(c, S_READY) != Py_True) return STEP_DECLINE;
-    int step = find_fallback(c);
+    int step = take_state(c);
     if (step != STEP_OK) return step;
-    c->producer = PyDict_GetItemWithError(g_producers, (PyObject *)Py_TYPE(args[1]));
-    if (c->producer == NULL) return PyErr_Occurred() ? STEP_ERROR : STEP_DECLINE;
-    Py_INCREF(c->producer);
-    if (!PyTuple_Check(c->producer) || PyTuple_Size(c->producer) != P_LEN) return STEP_DECLINE;
+    if (args[3] != Py_None || args[4] != Py_None || args[5] != Py_None || args[6] != Py_None ||
+        g_producers == NULL || !c->state->ready)
+        return STEP_DECLINE;
+    step = find_fallback(c);
+    if (step != STEP_OK) return step;
+    PyObject *producer = PyDict_GetItemWithError(g_producers, (PyObject *)Py_TYPE(args[1]));
+    if (producer == NULL) return PyErr_Occurred() ? STEP_ERROR : STEP_DECLINE;
+    if (Py_TYPE(producer) != (PyTypeObject *)g_producer_type) return STEP_DECLINE;
+    Py_INCREF(producer);
+    c->producer = (ProducerRecord *)producer;
     if (PyDict_Size(g_views) > 0) { /* x may be a view dlbridge made: its logical dtype is recorded */
         PyObject *id = PyLong_FromVoidPtr(args[1]);
         int known = id ? PyDict_Contains(g_views, id) : -1;
         Py_XDECREF(id);
         if (known != 0) return known < 0 ? STEP_ERROR : STEP_DECLINE;
     }
-    PyObject *caps_fn = ITEM(c, S_CAPS_FN);
-    if (caps_fn != Py_None) { /* capabilities that vary at run time (JAX's x64 flag) */
-        PyObject *caps = PyObject_CallNoArgs(caps_fn);
+    if (c->state->caps_fn != Py_None) { /* capabilities that vary at run time (JAX's x64 flag) */
+        PyObject *caps = PyObject_CallNoArgs(c->state->caps_fn);
         if (caps == NULL) return settle();
-        int same = caps == ITEM(c, S_CAPS);
+        int same = caps == c->state->caps;
         Py_DECREF(caps);
         if (!same) return STEP_DECLINE;
     }
@@ -122,21 +123,20 @@ static int self_import(Call *c) {
     PyObject *x = c->args[1];
     PyObject *dtype = PyObject_GetAttr(x, g_dtype);
     if (dtype == NULL) return settle();
-    PyObject *dtypes = ITEM(c, S_SELF_DTYPES); /* matched by identity, as _route.py does */
+    PyObject *dtypes = c->state->self_dtypes; /* a list (records.c); matched by identity, as _route.py does */
     int known = 0;
-    for (Py_ssize_t i = 0, n = PyList_Check(dtypes) ? PyList_Size(dtypes) : 0; i < n && !known; i++)
+    for (Py_ssize_t i = 0, n = PyList_Size(dtypes); i < n && !known; i++)
         known = PyList_GetItem(dtypes, i) == dtype;
     Py_DECREF(dtype);
     if (!known) return STEP_DECLINE;
-    c->result = PyObject_CallFunctionObjArgs(ITEM(c, S_SELF_IMPORT), x, NULL);
+    c->result = PyObject_CallFunctionObjArgs(c->state->self_import, x, NULL);
     return c->result != NULL ? STEP_OK : settle();
 }
 
 /* Whether every guard holds: getattr(x, name) (called when asked) is the expected object. */
 static int check_guards(Call *c) {
-    PyObject *guards = PITEM(c, P_GUARDS);
-    Py_ssize_t n = PyTuple_Check(guards) ? PyTuple_Size(guards) : -1;
-    if (n < 0) return settle();
+    PyObject *guards = c->producer->guards; /* a tuple (records.c) */
+    Py_ssize_t n = PyTuple_Size(guards);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *guard = PyTuple_GetItem(guards, i);
         if (guard == NULL || !PyTuple_Check(guard) || PyTuple_Size(guard) != 3) return settle();
@@ -155,8 +155,8 @@ static int check_guards(Call *c) {
 /* What is exported: x, its alias (x.detach()), or x.view(d) for a dtype the framework cannot export
  * (then *forced is the dtype triple its capsule gets). A new reference, or NULL with an error. */
 static PyObject *export_source(Call *c, long long *forced) {
-    PyObject *x = c->args[1], *relabels = PITEM(c, P_RELABEL), *alias = PITEM(c, P_ALIAS);
-    if (relabels != Py_None && PyDict_Check(relabels) && PyDict_Size(relabels) > 0) {
+    PyObject *x = c->args[1], *relabels = c->producer->relabels, *alias = c->producer->alias;
+    if (relabels != Py_None && PyDict_Size(relabels) > 0) { /* a dict or None (records.c) */
         PyObject *dtype = PyObject_GetAttr(x, g_dtype);
         PyObject *entry = dtype ? PyDict_GetItemWithError(relabels, dtype) : NULL;
         Py_XINCREF(entry);
@@ -179,10 +179,9 @@ static PyObject *export_source(Call *c, long long *forced) {
 
 /* The producer's export of `source` into c->managed (exchange API) or c->capsule. */
 static int export_tensor(Call *c, PyObject *source) {
-    long kind = PyLong_AsLong(PITEM(c, P_KIND));
-    int want_versioned = ITEM(c, S_VERSIONED) == Py_True;
+    int kind = c->producer->kind, want_versioned = c->state->versioned;
     if (kind == EXPORT_EXCHANGE) {
-        DLPackExchangeAPI *api = PyCapsule_GetPointer(PITEM(c, P_HANDLE), EXCHANGE);
+        DLPackExchangeAPI *api = PyCapsule_GetPointer(c->producer->handle, EXCHANGE);
         if (api == NULL || api->header.version.major != 1) return settle();
         if (api->managed_tensor_from_py_object_no_sync(source, &c->managed) != 0 || c->managed == NULL) {
             c->managed = NULL;
@@ -197,7 +196,7 @@ static int export_tensor(Call *c, PyObject *source) {
         return c->capsule != NULL ? STEP_OK : settle();
     }
     if (kind == EXPORT_FUNCTION) {
-        c->capsule = PyObject_CallFunctionObjArgs(PITEM(c, P_HANDLE), source, NULL);
+        c->capsule = PyObject_CallFunctionObjArgs(c->producer->handle, source, NULL);
     } else {
         PyObject *method = PyObject_GetAttr(source, g_dunder);
         int ask_versioned = want_versioned && kind != EXPORT_METHOD_LEGACY; /* a producer before DLPack 1.0 */
@@ -241,29 +240,31 @@ static int export_x(Call *c) {
 static int find_route(Call *c) {
     const DLTensor *t = c->tensor;
     if (t->device.device_type != 1 || t->device.device_id != 0 || !plain_layout(t) ||
-        (c->versioned && ITEM(c, S_VERSIONED) != Py_True) ||
-        ((c->flags & FLAG_READ_ONLY) && ITEM(c, S_READONLY_OK) != Py_True) ||
-        (t->byte_offset && ITEM(c, S_OFFSET_OK) != Py_True))
+        (c->versioned && !c->state->versioned) || ((c->flags & FLAG_READ_ONLY) && !c->state->readonly_ok) ||
+        (t->byte_offset && !c->state->offset_ok))
         return STEP_DECLINE;
-    long align = PyLong_AsLong(ITEM(c, S_ALIGN));
-    if (align < 1) return settle();
+    long align = c->state->align; /* >= 1 (records.c) */
     uint64_t size = 1;
     for (int i = 0; i < t->ndim; i++) size *= (uint64_t)t->shape[i];
     if (align > 1 && size && ((uintptr_t)t->data + t->byte_offset) % (uint64_t)align) return STEP_DECLINE;
     PyObject *key = PyLong_FromLongLong(c->triple | ((long long)c->fallback << 32));
     if (key == NULL) return settle();
-    c->route = PyDict_GetItemWithError(ITEM(c, S_ROUTES), key);
-    Py_XINCREF(c->route);
-    if (c->route == NULL && !PyErr_Occurred()) c->route = PyObject_CallFunctionObjArgs(ITEM(c, S_DECIDE), key, NULL);
+    PyObject *replay = PyDict_GetItemWithError(c->state->routes, key); /* a dict (records.c) */
+    Py_XINCREF(replay);
+    if (replay == NULL && !PyErr_Occurred()) replay = PyObject_CallFunctionObjArgs(c->state->decide, key, NULL);
     Py_DECREF(key);
-    if (c->route == NULL) return settle();
-    if (c->route == Py_None) return STEP_DECLINE;
-    return PyTuple_Check(c->route) && PyTuple_Size(c->route) == 2 ? STEP_OK : STEP_DECLINE;
+    if (replay == NULL) return settle();
+    if (Py_TYPE(replay) != (PyTypeObject *)g_replay_type) { /* None: the pipeline decides each time */
+        Py_DECREF(replay);
+        return STEP_DECLINE;
+    }
+    c->replay = (ReplayRecord *)replay;
+    return STEP_OK;
 }
 
 /* The exchange-API import: the consumer owns the tensor from here on, also if it fails. */
 static int import_exchange(Call *c) {
-    DLPackExchangeAPI *api = PyCapsule_GetPointer(ITEM(c, S_API), EXCHANGE);
+    DLPackExchangeAPI *api = PyCapsule_GetPointer(c->state->api, EXCHANGE);
     if (api == NULL || api->header.version.major != 1) return settle();
     DLManagedTensorVersioned *taken = c->managed;
     if (taken == NULL) {
@@ -286,8 +287,8 @@ static int import_capsule(Call *c, DLDataType saved) {
         if (c->capsule == NULL) return settle();
         c->managed = NULL;
     }
-    PyObject *importer = ITEM(c, S_IMPORT);
-    if (PyLong_AsLong(ITEM(c, S_KIND)) == IMPORT_CARRIER) {
+    PyObject *importer = c->state->importer;
+    if (c->state->kind == IMPORT_CARRIER) {
         PyObject *carrier = make_carrier(c->capsule, g_cpu);
         c->result = carrier ? PyObject_CallFunctionObjArgs(importer, carrier, NULL) : NULL;
         Py_XDECREF(carrier);
@@ -303,13 +304,11 @@ static int import_capsule(Call *c, DLDataType saved) {
 
 /* Relabel (reinterpret routes), import, finish. */
 static int import_x(Call *c) {
-    long long wire = PyLong_AsLongLong(PyTuple_GetItem(c->route, 0));
-    PyObject *finish = PyTuple_GetItem(c->route, 1);
-    if (wire < 0) return settle();
+    long long wire = c->replay->wire; /* 0 .. 2**32 - 1 (records.c) */
+    PyObject *finish = c->replay->finish;
     DLDataType saved = c->tensor->dtype;
     if (wire != c->triple) write_dtype(c->tensor, wire);
-    int step = PyLong_AsLong(ITEM(c, S_KIND)) == IMPORT_EXCHANGE && c->versioned ? import_exchange(c)
-                                                                                 : import_capsule(c, saved);
+    int step = c->state->kind == IMPORT_EXCHANGE && c->versioned ? import_exchange(c) : import_capsule(c, saved);
     if (step != STEP_OK || finish == Py_None) return step;
     SETREF(c->result, PyObject_CallFunctionObjArgs(finish, c->result, NULL));
     return c->result != NULL ? STEP_OK : STEP_ERROR; /* the result exists: a failed finish is an error */
@@ -318,7 +317,7 @@ static int import_x(Call *c) {
 static int replay(Call *c) {
     int step = begin(c);
     if (step != STEP_OK) return step;
-    if ((PyObject *)Py_TYPE(c->args[1]) == ITEM(c, S_SELF)) return self_import(c);
+    if ((PyObject *)Py_TYPE(c->args[1]) == c->state->self_type) return self_import(c);
     step = check_guards(c);
     if (step == STEP_OK) step = export_x(c);
     if (step == STEP_OK) step = find_route(c);
@@ -341,9 +340,9 @@ PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (step != STEP_OK) Py_XDECREF(c.result);
     free_managed(c.managed);
     Py_XDECREF(c.capsule);
-    Py_XDECREF(c.route);
+    Py_XDECREF(c.replay);
     Py_XDECREF(c.producer);
     Py_XDECREF(c.state);
-    if (step == STEP_DECLINE) result = call_slow(args);
+    if (step == STEP_DECLINE) result = call_pipeline(args);
     return result;
 }

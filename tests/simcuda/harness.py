@@ -35,7 +35,7 @@ class Sim:
             d.clear()
         self._specs = [(spec, list(spec)) for spec in _route.SPECS.values()]  # lists: the accelerator holds them
         for spec in _route.SPECS.values():  # a state not yet prepared: the next conversion learns again
-            spec[0] = _route._state(spec[0][_route.S_SLOW])
+            spec[0] = _route._state(spec[0].target)
         self.cp: Any = None
         self.torch_cuda: producers.TorchCuda | None = None
         self.gpu: producers.JaxGpu | None = None

@@ -1,0 +1,194 @@
+/* The route's three records: State (a consumer's state), Producer (how a type is exported) and Replay
+ * (a stored route). Immutable, built by keyword (dlbridge/_route.py builds them), read by name: route.c
+ * reads their C fields after an exact type check; Python reads the same fields as read-only members,
+ * and each type's `_fields` names them in order (the pure-Python classes in _route.py have the same).
+ * Integer fields are C ints, converted once here. The objects they hold never hold a record back, so
+ * the records need no cycle collection; dealloc releases every reference.
+ */
+#include "accel.h"
+
+PyObject *g_state_type, *g_producer_type, *g_replay_type;
+
+#define OBJ(type, field) {#field, T_OBJECT, offsetof(type, field), READONLY, NULL}
+
+static PyMemberDef state_members[] = {
+    OBJ(StateRecord, target),
+    {"ready", T_BOOL, offsetof(StateRecord, ready), READONLY, NULL},
+    {"kind", T_INT, offsetof(StateRecord, kind), READONLY, NULL},
+    OBJ(StateRecord, importer),
+    OBJ(StateRecord, api),
+    {"versioned", T_BOOL, offsetof(StateRecord, versioned), READONLY, NULL},
+    {"align", T_LONG, offsetof(StateRecord, align), READONLY, NULL},
+    {"readonly_ok", T_BOOL, offsetof(StateRecord, readonly_ok), READONLY, NULL},
+    {"offset_ok", T_BOOL, offsetof(StateRecord, offset_ok), READONLY, NULL},
+    OBJ(StateRecord, routes),
+    OBJ(StateRecord, caps_fn),
+    OBJ(StateRecord, caps),
+    OBJ(StateRecord, decide),
+    OBJ(StateRecord, self_type),
+    OBJ(StateRecord, self_import),
+    OBJ(StateRecord, self_dtypes),
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMemberDef producer_members[] = {
+    {"kind", T_INT, offsetof(ProducerRecord, kind), READONLY, NULL},
+    OBJ(ProducerRecord, handle),
+    OBJ(ProducerRecord, guards),
+    OBJ(ProducerRecord, alias),
+    OBJ(ProducerRecord, relabels),
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMemberDef replay_members[] = {
+    {"wire", T_LONGLONG, offsetof(ReplayRecord, wire), READONLY, NULL},
+    OBJ(ReplayRecord, finish),
+    OBJ(ReplayRecord, record),
+    {NULL, 0, 0, 0, NULL},
+};
+
+/* Every object field of a record holds a reference (None where not given). */
+static void hold(PyObject *record, PyMemberDef *members) {
+    for (PyMemberDef *m = members; m->name != NULL; m++) {
+        if (m->type != T_OBJECT) continue;
+        PyObject **slot = (PyObject **)((char *)record + m->offset);
+        *slot = *slot != NULL ? *slot : Py_None;
+        Py_INCREF(*slot);
+    }
+}
+
+static void release(PyObject *record, PyMemberDef *members) {
+    for (PyMemberDef *m = members; m->name != NULL; m++)
+        if (m->type == T_OBJECT) Py_CLEAR(*(PyObject **)((char *)record + m->offset));
+    PyTypeObject *type = Py_TYPE(record);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(record);
+    Py_DECREF(type);
+}
+
+static void state_dealloc(PyObject *o) { release(o, state_members); }
+static void producer_dealloc(PyObject *o) { release(o, producer_members); }
+static void replay_dealloc(PyObject *o) { release(o, replay_members); }
+
+/* A new record of `type` (its object fields NULL), or NULL with an error. */
+static PyObject *alloc(PyTypeObject *type) {
+    allocfunc tp_alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    return tp_alloc(type, 0);
+}
+
+/* A record whose arguments did not parse: its fields are borrowed (or NULL), so forget them first. */
+static PyObject *discard(PyObject *record, PyMemberDef *members) {
+    for (PyMemberDef *m = members; m->name != NULL; m++)
+        if (m->type == T_OBJECT) *(PyObject **)((char *)record + m->offset) = NULL;
+    Py_DECREF(record);
+    return NULL;
+}
+
+static PyObject *refuse(PyObject *record, const char *what) {
+    PyErr_Format(PyExc_TypeError, "dlbridge._accel.%s", what);
+    Py_DECREF(record); /* its fields are held: released here */
+    return NULL;
+}
+
+/* What route.c relies on without checking again. */
+static PyObject *state_checked(StateRecord *s) {
+    if (s->align < 1) return refuse((PyObject *)s, "State(align=) must be at least 1");
+    if (!s->ready) return (PyObject *)s;
+    if (!PyDict_Check(s->routes) || !PyList_Check(s->self_dtypes))
+        return refuse((PyObject *)s, "State: a ready state needs routes= a dict and self_dtypes= a list");
+    if (!PyCallable_Check(s->importer) || !PyCallable_Check(s->decide))
+        return refuse((PyObject *)s, "State: a ready state needs importer= and decide= callables");
+    return (PyObject *)s;
+}
+
+static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"target", "ready", "kind", "importer", "api", "versioned", "align", "readonly_ok",
+                            "offset_ok", "routes", "caps_fn", "caps", "decide", "self_type", "self_import",
+                            "self_dtypes", NULL};
+    StateRecord *s = (StateRecord *)alloc(type);
+    if (s == NULL) return NULL;
+    int ready = 0, versioned = 0, readonly_ok = 0, offset_ok = 0;
+    s->align = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OpiOOplppOOOOOOO:State", names, &s->target, &ready, &s->kind,
+                                     &s->importer, &s->api, &versioned, &s->align, &readonly_ok, &offset_ok,
+                                     &s->routes, &s->caps_fn, &s->caps, &s->decide, &s->self_type, &s->self_import,
+                                     &s->self_dtypes))
+        return discard((PyObject *)s, state_members);
+    s->ready = (char)ready, s->versioned = (char)versioned;
+    s->readonly_ok = (char)readonly_ok, s->offset_ok = (char)offset_ok;
+    hold((PyObject *)s, state_members);
+    return state_checked(s);
+}
+
+static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"kind", "handle", "guards", "alias", "relabels", NULL};
+    ProducerRecord *p = (ProducerRecord *)alloc(type);
+    if (p == NULL) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOO!OO:Producer", names, &p->kind, &p->handle, &PyTuple_Type,
+                                     &p->guards, &p->alias, &p->relabels))
+        return discard((PyObject *)p, producer_members);
+    if (p->guards == NULL) p->guards = g_empty;
+    hold((PyObject *)p, producer_members);
+    if (p->alias != Py_None && !PyUnicode_Check(p->alias))
+        return refuse((PyObject *)p, "Producer(alias=) must be a str or None");
+    if (p->relabels != Py_None && !PyDict_Check(p->relabels))
+        return refuse((PyObject *)p, "Producer(relabels=) must be a dict or None");
+    return (PyObject *)p;
+}
+
+static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"wire", "finish", "record", NULL};
+    ReplayRecord *r = (ReplayRecord *)alloc(type);
+    if (r == NULL) return NULL;
+    r->wire = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$LOO:Replay", names, &r->wire, &r->finish, &r->record))
+        return discard((PyObject *)r, replay_members);
+    hold((PyObject *)r, replay_members);
+    if (r->wire < 0 || r->wire > 0xFFFFFFFFLL)
+        return refuse((PyObject *)r, "Replay(wire=) must be a dtype triple (0 .. 2**32 - 1)");
+    if (r->finish != Py_None && !PyCallable_Check(r->finish))
+        return refuse((PyObject *)r, "Replay(finish=) must be callable or None");
+    return (PyObject *)r;
+}
+
+#define SLOTS(name, doc)                                                                                      \
+    static PyType_Slot name##_slots[] = {                                                                     \
+        {Py_tp_new, name##_new}, {Py_tp_dealloc, name##_dealloc}, {Py_tp_members, name##_members},            \
+        {Py_tp_doc, doc},        {0, NULL},                                                                   \
+    }
+SLOTS(state, "State(*, target, ready, kind, importer, api, versioned, align, readonly_ok, offset_ok, routes, "
+             "caps_fn, caps, decide, self_type, self_import, self_dtypes): a consumer's fast-route state.");
+SLOTS(producer, "Producer(*, kind, handle, guards, alias, relabels): how arrays of one type are exported.");
+SLOTS(replay, "Replay(*, wire, finish, record): a stored route: the dtype triple handed over, what turns the "
+              "import into the result, and the decision record it replays.");
+
+static PyType_Spec specs[3] = {
+    {"dlbridge._accel.State", sizeof(StateRecord), 0, Py_TPFLAGS_DEFAULT, state_slots},
+    {"dlbridge._accel.Producer", sizeof(ProducerRecord), 0, Py_TPFLAGS_DEFAULT, producer_slots},
+    {"dlbridge._accel.Replay", sizeof(ReplayRecord), 0, Py_TPFLAGS_DEFAULT, replay_slots},
+};
+
+/* A type from its spec, with `_fields` (its members' names, in order), added to the module. */
+static PyObject *make_type(PyObject *module, PyType_Spec *spec, PyMemberDef *members, const char *name) {
+    PyObject *type = PyType_FromSpec(spec), *fields = PyList_New(0);
+    int ok = type != NULL && fields != NULL;
+    for (PyMemberDef *m = members; ok && m->name != NULL; m++) {
+        PyObject *field = PyUnicode_FromString(m->name);
+        ok = field != NULL && PyList_Append(fields, field) == 0;
+        Py_XDECREF(field);
+    }
+    PyObject *names = ok ? PyList_AsTuple(fields) : NULL;
+    ok = names != NULL && PyObject_SetAttrString(type, "_fields", names) == 0 &&
+         PyModule_AddObjectRef(module, name, type) == 0;
+    Py_XDECREF(names);
+    Py_XDECREF(fields);
+    if (!ok) Py_CLEAR(type);
+    return type; /* the module holds one reference, this global the other */
+}
+
+int records_init(PyObject *module) {
+    g_state_type = make_type(module, &specs[0], state_members, "State");
+    g_producer_type = g_state_type ? make_type(module, &specs[1], producer_members, "Producer") : NULL;
+    g_replay_type = g_producer_type ? make_type(module, &specs[2], replay_members, "Replay") : NULL;
+    return g_replay_type != NULL ? 0 : -1;
+}
