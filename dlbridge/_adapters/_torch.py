@@ -133,11 +133,12 @@ class TorchAdapter(Adapter):
     def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
         # A GPU tensor is exported by __dlpack__(stream=) (export()): the exchange API exports
         # without synchronising, and the consumer's stream must wait for torch's. The guards are the
-        # states export() would refuse or correct, so that they are declined before any export.
+        # states export() would refuse or correct, and a strided tensor (the route replays dense C
+        # order), so that they are declined before any export.
         if cls is not self.mod.Tensor:
             return None
         return (("is_cuda", False, True), ("requires_grad", False, False), ("is_conj", True, False),
-                ("is_neg", True, False), ("layout", False, self.mod.strided))  # fmt: skip
+                ("is_neg", True, False), ("layout", False, self.mod.strided), ("is_contiguous", True, True))  # fmt: skip
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         found = super().fast_import(caps)
