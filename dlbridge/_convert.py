@@ -28,11 +28,11 @@ from ._adapters import (
     symbolic_error,
 )
 from ._capabilities import Capabilities
-from ._capsule import DEVICE_ALIASES, GPU_CODES, CapsuleType, DLPackInfo, alias_device, device_name, read
+from ._capsule import GPU_CODES, CapsuleType, DLPackInfo, alias_device, device_name, read
 from ._capsule_edit import relabel_device
 from ._carriers import DeferredCarrier
 from ._consume import import_capsule, imported, ready
-from ._devices import check_device, device_of, host_device, parse_device, stream_for
+from ._devices import check_device, device_of, home_of, host_device, parse_device, stream_for
 from ._dtypes import BY_NAME, unsigned_of_width
 from ._errors import (
     CapsuleError,
@@ -149,15 +149,11 @@ def decide_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device
         dtype = _logical.recall(x, inspect(x))  # its own memory (the export below may be a copy)
         fallback = recalled_fallback(fallback) if dtype is not None else fallback
     src_dev = device_of(x, source)
-    # Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA memory to a CUDA one:
-    # shared as such, the capsule's device relabelled (DEVICE_ALIASES).
-    home = alias_device(src_dev) if src_dev[0] in DEVICE_ALIASES and src_dev[0] not in target.device_codes else src_dev
-    if home[1] and home[0] == 1:
-        home = (1, 0)  # every CPU id names the host's memory
+    home, usable = home_of(src_dev, target)  # pinned / managed memory aliased, every CPU id the host's
     dst_dev = home if device is None else parse_device(device, home)
-    if device is None and copy and home[0] not in target.device_codes:
+    if device is None and copy and not usable:
         dst_dev = target.home_device  # copy=True: the target's home device
-    if dst_dev != home or home[0] not in target.device_codes:
+    if dst_dev != home or not usable:
         if dst_dev[0] != 1 or home[0] != 1 or 1 not in target.device_codes:
             record = plan_move(x, source, target, home, dst_dev, fallback, dtype, device, copy, stream)
             return Front(record, x=x, source=source, fallback=fallback, dtype=dtype, devices=(src_dev, home))
@@ -285,13 +281,13 @@ def _capsule_stage(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any
                    copy: bool | None, stream: int | None) -> Front:  # fmt: skip
     """A raw capsule: it can be relabelled (pinned -> cpu, CPU ids), not moved or made dense."""
     info = read(capsule)
-    alias = alias_device(info.device)  # pinned / managed memory: see decide_stage
+    alias = alias_device(info.device)  # pinned / managed memory: see _devices.home_of
     usable = alias != info.device and info.device_code not in target.device_codes and alias[0] in target.device_codes
     device_to = None  # the caller's capsule is relabelled only right before the import (and restored)
     if usable and parse_device(device, alias) == alias:
         device_to = alias
     elif info.device_code == 1 and (info.device_id or device is not None) and 1 in target.device_codes:
-        wanted = parse_device(device, (1, 0))  # every CPU id names the host's memory: see decide_stage
+        wanted = parse_device(device, (1, 0))  # every CPU id names the host's memory: see _devices.home_of
         if wanted[0] == 1 and wanted != info.device:
             device_to = host_device(target, wanted, device)
     if device_to is not None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ._adapters import ADAPTERS, Adapter, producer_error
-from ._capsule import DEVICE_CODES, GPU_CODES, DLPackInfo, alias_device, device_name
+from ._capsule import DEVICE_ALIASES, DEVICE_CODES, GPU_CODES, DLPackInfo, alias_device, device_name
 from ._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
 
-__all__ = ["device_of", "check_device", "parse_device", "host_device", "stream_for"]
+__all__ = ["device_of", "check_device", "home_of", "parse_device", "host_device", "stream_for"]
 
 
 def device_of(x: Any, source: Adapter | None = None) -> tuple[int, int]:
@@ -41,6 +41,18 @@ def check_device(info: DLPackInfo, claimed: tuple[int, int]) -> DLPackInfo:
             f"__dlpack_device__ said {device_name(claimed[0])}:{claimed[1]}"
         )
     return info
+
+
+def home_of(device: tuple[int, int], target: Adapter) -> tuple[tuple[int, int], bool]:
+    """Where ``target`` finds memory on ``device``, and whether it can use it there (else the memory
+    must be moved first): the one device rule of the pipeline (``_convert.decide_stage``) and the
+    report's prediction. Pinned host memory is CPU memory to a CPU consumer, managed memory CUDA
+    memory to a CUDA one (``DEVICE_ALIASES``): shared as such, the capsule's device relabelled.
+    Every CPU id names the host's memory."""
+    home = alias_device(device) if device[0] in DEVICE_ALIASES and device[0] not in target.device_codes else device
+    if home[1] and home[0] == 1:
+        home = (1, 0)
+    return home, home[0] in target.device_codes
 
 
 def parse_device(device: Any, default: tuple[int, int]) -> tuple[int, int]:

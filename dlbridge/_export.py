@@ -15,6 +15,7 @@ from ._adapters import Adapter, adapter_for, export_capsule, producer_error, pro
 from ._capsule import GPU_CODES, CapsuleType, DLPackInfo, read
 from ._devices import check_device, device_of
 from ._errors import CapsuleError, DLBridgeError, NotAnArrayError, ReadOnlyError
+from ._handoff import readonly_refusal
 
 __all__ = ["MAX_VERSION", "export", "inspect"]
 
@@ -53,13 +54,8 @@ def export(x: Any, source: Adapter | None, stream: int | None, max_version: tupl
         if "readonly" in str(err).lower() or "read-only" in str(err).lower():
             if copy is True:  # a legacy-only consumer: let the producer make a writable copy
                 return export_copy(x, source, stream, max_version, err)
-            why = (
-                "the consumer reads only legacy capsules, which cannot say so"
-                if max_version is None
-                else "its producer cannot mark a DLPack capsule read-only"  # e.g. NumPy < 2.1
-            )
-            fix = source.readonly_fix if source is not None else "pass copy=True, or make the array writeable"
-            raise ReadOnlyError(f"{type(x).__name__} is read-only and {why}; {fix}") from err
+            fix = source.readonly_fix if source is not None else Adapter.readonly_fix
+            raise ReadOnlyError(readonly_refusal(type(x).__name__, max_version is None, fix)) from err
         capsule = export_failed(x, source, err, stream, max_version, copy, target, dtype)
     except Exception as err:
         capsule = export_failed(x, source, err, stream, max_version, copy, target, dtype)

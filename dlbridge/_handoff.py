@@ -37,7 +37,8 @@ from ._subbyte import plan as subbyte_plan
 # The CPU alignment XLA and Eigen want (bytes): consumers with ``copies_unaligned`` copy buffers off it.
 ALIGNMENT = 64
 
-__all__ = ["ALIGNMENT", "Handoff", "Move", "decide", "refused", "needs_dense", "layout_message", "dense_info"]
+__all__ = ["ALIGNMENT", "Handoff", "Move", "decide", "refused", "needs_dense", "layout_message", "dense_info",
+           "readonly_refusal"]  # fmt: skip
 
 
 class Move(NamedTuple):
@@ -86,6 +87,17 @@ class Handoff(NamedTuple):
         if self.consumer_copies:
             return False
         return self.plan is None or self.plan.mode != "upcast"
+
+    @property
+    def native_import(self) -> bool:
+        """Whether the consumer imports the capsule as its producer made it (its dtype, layout, flags
+        and device): nothing refused, moved, made dense, relabelled, viewed, upcast or rewritten, so the
+        consumer's own ``from_dlpack`` takes it too (what the report predicts native imports by)."""
+        if self.error is not None or self.keep or self.move is not None or self.dense is not None:
+            return False
+        if self.fp4 is not None or self.c_order or self.drop_readonly:
+            return False
+        return self.plan is not None and self.plan.mode == "native"
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -175,14 +187,38 @@ def refused(source: str, target: str, err: DLBridgeError, given: DLPackInfo | No
     return Handoff(source, target, given, type(err), str(err), raised=err)
 
 
+def readonly_refusal(what: str, legacy: bool, fix: str) -> str:
+    """Why a read-only array is not exported (``ReadOnlyError``): its capsule would be a legacy one
+    (``legacy``: the consumer reads no other), which cannot say read-only, or its producer cannot mark
+    a capsule read-only (NumPy < 2.1). ``fix``: the producer adapter's ``readonly_fix``. Raised by the
+    export when the producer refuses (``_export``), and decided for a read-only array described with
+    a legacy capsule (``decide``)."""
+    why = (
+        "the consumer reads only legacy capsules, which cannot say so"
+        if legacy
+        else "its producer cannot mark a DLPack capsule read-only"  # e.g. NumPy < 2.1
+    )
+    return f"{what} is read-only and {why}; {fix}"
+
+
 def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback, dtype: Any,
            copy: bool | None, *, source: Adapter | None = None, raw: bool = False) -> Handoff:  # fmt: skip
     """The handoff of the capsule ``info`` describes to ``target`` (capability row ``caps``).
 
     ``source`` is the producer's adapter (None: a producer dlbridge has no adapter for); ``raw``: the
-    caller passed the capsule itself, so no dense copy can be asked of its producer.
+    caller passed the capsule itself, so no dense copy can be asked of its producer. A read-only
+    ``info`` that is not versioned describes an array before its export to a consumer that reads only
+    legacy capsules (a capsule read never says so: a legacy one has no flags): its producer refuses
+    that export (``ReadOnlyError``, as ``_export`` raises it), unless it exports such arrays' legacy
+    capsules unflagged (``Adapter.exports_readonly_legacy``).
     """
     who = info.producer or ("capsule" if raw else "?")
+    if info.readonly and not info.versioned:  # a read-only array described for a legacy-only consumer
+        if source is not None and source.exports_readonly_legacy:
+            info = replace(info, readonly=False)  # its legacy capsule, unflagged (a legacy one has no flags)
+        elif copy is not True:  # the export its producer refuses (copy=True: it exports a writable copy)
+            fix = source.readonly_fix if source is not None else Adapter.readonly_fix
+            return Handoff(who, target.name, info, ReadOnlyError, readonly_refusal(info.describe(), True, fix))
     # fp4 the consumer does not import as it is: another dtype (pairs), or one value a byte (a padded
     # capsule, which a consumer importing float4_e2m1fn would read as two values a byte)
     if info.code == 17 and dtype is None:  # fp4 the consumer does not import as it is (dlbridge._subbyte)

@@ -113,3 +113,27 @@ def data_ptr(framework: str, arr) -> int:
 
 def dtype_name(framework: str, arr) -> str:
     return ADAPTERS[framework].prober.dtype_str(arr)
+
+
+# X64: what JAX holds only in its x64 mode (off here: tests that need it run in a child)
+X64 = frozenset({"float64", "complex128", "uint64", "int64"})
+
+
+def cpu_array(framework: str, ref: np.ndarray):
+    """``ref``'s dtype and bits as a dense CPU array of ``framework`` (skipped where JAX cannot hold it)."""
+    if framework == "jax" and ref.dtype.name in X64:
+        import pytest
+
+        pytest.skip("JAX without x64 holds no 64-bit types")
+    return ADAPTERS[framework].prober.make_array(ref, "cpu")
+
+
+def torch_bits(t) -> np.ndarray:
+    """A torch tensor's raw bytes per element, shaped like ``bits()`` of a NumPy array: (*shape, itemsize)."""
+    import torch
+
+    if t.dtype == torch.bool:
+        return t.numpy()
+    width = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}[t.element_size()]
+    raw = t.contiguous().view(width)
+    return np.ascontiguousarray(raw.numpy()).view(np.uint8).reshape(*t.shape, t.element_size())

@@ -14,13 +14,12 @@ import pytest
 
 import dlbridge
 from dlbridge._adapters import ADAPTERS
-from tests._arrays import bits, reference
+from tests._arrays import X64, bits, cpu_array, data_ptr, reference, to_host
 from tests.conftest import need
 
 XP = ADAPTERS["array_api_strict"]
 PRODUCERS = ("torch", "numpy", "jax")
 DTYPES = ("float32", "float64", "bool", "complex64", "complex128", "uint16", "int8", "uint64", "int64")
-X64 = {"float64", "complex128", "uint64", "int64"}  # what JAX holds only in x64 mode
 
 
 @pytest.fixture(autouse=True)
@@ -29,22 +28,8 @@ def xp() -> Any:
     return need("array_api_strict")
 
 
-def _source(framework: str, ref: np.ndarray) -> Any:
-    if framework == "jax" and ref.dtype.name in X64:
-        pytest.skip("JAX without x64 holds no 64-bit types")
-    return ADAPTERS[framework].prober.make_array(ref, "cpu")
-
-
 def _reference(dtype: str) -> np.ndarray:
     return reference(dtype, (3, 4)) if dtype != "complex128" else reference("complex64", (3, 4)).astype(dtype)
-
-
-def _ptr(framework: str, arr: Any) -> int:
-    return ADAPTERS[framework].data_ptr(arr)
-
-
-def _host(framework: str, arr: Any) -> np.ndarray:
-    return ADAPTERS[framework].prober.to_host(arr)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -52,12 +37,12 @@ def _host(framework: str, arr: Any) -> np.ndarray:
 def test_into_array_api_strict_is_zero_copy(producer: str, dtype: str) -> None:
     need(producer)
     ref = _reference(dtype)
-    src = _source(producer, ref)
+    src = cpu_array(producer, ref)
     out = dlbridge.to_array_api_strict(src, copy=False)
     assert XP.prober.dtype_str(out) == dtype
     assert tuple(out.shape) == ref.shape
-    np.testing.assert_array_equal(bits(_host("array_api_strict", out)), bits(ref))
-    assert _ptr("array_api_strict", out) == _ptr(producer, src)
+    np.testing.assert_array_equal(bits(to_host("array_api_strict", out)), bits(ref))
+    assert data_ptr("array_api_strict", out) == data_ptr(producer, src)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -70,8 +55,8 @@ def test_out_of_array_api_strict_is_zero_copy(consumer: str, dtype: str) -> None
     src = XP.prober.make_array(ref, "cpu")  # 64-byte aligned: XLA shares only such buffers
     out = dlbridge.convert(src, consumer)
     assert ADAPTERS[consumer].prober.dtype_str(out) == dtype
-    np.testing.assert_array_equal(bits(_host(consumer, out)), bits(ref))
-    assert _ptr(consumer, out) == _ptr("array_api_strict", src)
+    np.testing.assert_array_equal(bits(to_host(consumer, out)), bits(ref))
+    assert data_ptr(consumer, out) == data_ptr("array_api_strict", src)
 
 
 def test_writes_show_both_ways(xp: Any) -> None:
@@ -88,8 +73,8 @@ def test_copy_true_is_a_new_buffer() -> None:
     torch = need("torch")
     t = torch.arange(4.0)
     a = dlbridge.to_array_api_strict(t, copy=True)
-    assert _ptr("array_api_strict", a) != t.data_ptr()
-    np.testing.assert_array_equal(_host("array_api_strict", a), t.numpy())
+    assert data_ptr("array_api_strict", a) != t.data_ptr()
+    np.testing.assert_array_equal(to_host("array_api_strict", a), t.numpy())
 
 
 def test_strided_layouts_are_shared() -> None:
@@ -97,19 +82,19 @@ def test_strided_layouts_are_shared() -> None:
     t = torch.arange(12.0).reshape(3, 4)
     for src in (t.T, t[1:, 2:]):
         a = dlbridge.to_array_api_strict(src, copy=False)
-        np.testing.assert_array_equal(_host("array_api_strict", a), src.numpy())
-        assert _ptr("array_api_strict", a) == src.data_ptr()
+        np.testing.assert_array_equal(to_host("array_api_strict", a), src.numpy())
+        assert data_ptr("array_api_strict", a) == src.data_ptr()
     neg = np.arange(6.0)[::-1]
     a = dlbridge.to_array_api_strict(neg, copy=False)
-    np.testing.assert_array_equal(_host("array_api_strict", a), neg)
-    assert _ptr("array_api_strict", a) == neg.ctypes.data
+    np.testing.assert_array_equal(to_host("array_api_strict", a), neg)
+    assert data_ptr("array_api_strict", a) == neg.ctypes.data
 
 
 def test_read_only_memory_stays_read_only(xp: Any) -> None:
     src = np.arange(4.0)
     src.flags.writeable = False
     a = dlbridge.to_array_api_strict(src)
-    assert XP.is_readonly(a) and _ptr("array_api_strict", a) == src.ctypes.data
+    assert XP.is_readonly(a) and data_ptr("array_api_strict", a) == src.ctypes.data
     with pytest.raises(ValueError, match="read-only"):
         a[0] = 1.0
     torch = need("torch")
@@ -128,8 +113,8 @@ def test_dtypes_outside_the_standard_are_refused_or_viewed(dtype: str, uint: str
         dlbridge.to_array_api_strict(src)
     view = dlbridge.to_array_api_strict(src, fallback="view")
     assert XP.prober.dtype_str(view) == uint
-    assert _ptr("array_api_strict", view) == src.data_ptr()
-    np.testing.assert_array_equal(_host("array_api_strict", view), ref.view(uint))
+    assert data_ptr("array_api_strict", view) == src.data_ptr()
+    np.testing.assert_array_equal(to_host("array_api_strict", view), ref.view(uint))
     back = dlbridge.to_torch(view)  # the view remembers what its bits are
     assert back.dtype == getattr(torch, dtype) and back.data_ptr() == src.data_ptr()
 
@@ -142,7 +127,7 @@ def test_float16_refusal_says_why() -> None:
 def test_device_objects_and_names(xp: Any) -> None:
     a = xp.asarray([1.0, 2.0])
     out = dlbridge.to_numpy(a, device=a.device)
-    assert out.ctypes.data == _ptr("array_api_strict", a)
+    assert out.ctypes.data == data_ptr("array_api_strict", a)
     assert isinstance(dlbridge.convert(np.ones(2), "array-api-strict"), type(a))
     assert isinstance(dlbridge.convert(np.ones(2), xp), type(a))
 
@@ -177,6 +162,6 @@ def test_an_older_api_version_flag_still_converts(xp: Any) -> None:
             a.__dlpack__(max_version=(1, 0))  # what dlbridge works around: a legacy capsule instead
         for _ in range(2):  # the pipeline, then the route
             t = dlbridge.to_torch(a)
-            assert t.dtype == torch.float64 and t.data_ptr() == _ptr("array_api_strict", a)
+            assert t.dtype == torch.float64 and t.data_ptr() == data_ptr("array_api_strict", a)
     finally:
         xp.reset_array_api_strict_flags()

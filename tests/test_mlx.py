@@ -14,7 +14,7 @@ import pytest
 
 import dlbridge
 from dlbridge._adapters import ADAPTERS
-from tests._arrays import bits, reference
+from tests._arrays import bits, cpu_array, data_ptr, reference, to_host
 from tests.conftest import need
 
 MLX = ADAPTERS["mlx"]
@@ -28,21 +28,6 @@ def mx() -> Any:
     return need("mlx.core")
 
 
-def _source(framework: str, ref: np.ndarray) -> Any:
-    """``ref``'s dtype and bits as a dense CPU array of ``framework``."""
-    if framework == "jax" and ref.dtype.itemsize == 8 and ref.dtype.kind in "uif":
-        pytest.skip("JAX without x64 holds no 64-bit types")
-    return ADAPTERS[framework].prober.make_array(ref, "cpu")
-
-
-def _ptr(framework: str, arr: Any) -> int:
-    return ADAPTERS[framework].data_ptr(arr)
-
-
-def _host(framework: str, arr: Any) -> np.ndarray:
-    return ADAPTERS[framework].prober.to_host(arr)
-
-
 # --- into MLX: always a copy, always the true dtype ------------------------------------------------
 
 
@@ -51,24 +36,24 @@ def _host(framework: str, arr: Any) -> np.ndarray:
 def test_into_mlx_is_a_copy_with_the_true_dtype(producer: str, dtype: str) -> None:
     need(producer)
     ref = reference(dtype, (3, 4))
-    src = _source(producer, ref)
+    src = cpu_array(producer, ref)
     out = dlbridge.to_mlx(src)
     assert MLX.prober.dtype_str(out) == dtype
     assert tuple(out.shape) == ref.shape
-    np.testing.assert_array_equal(bits(_host("mlx", out)), bits(ref))
-    assert _ptr("mlx", out) != _ptr(producer, src), "MLX copies every CPU import"
+    np.testing.assert_array_equal(bits(to_host("mlx", out)), bits(ref))
+    assert data_ptr("mlx", out) != data_ptr(producer, src), "MLX copies every CPU import"
 
 
 @pytest.mark.parametrize("producer", ("torch", "numpy"))
 def test_float64_arrives_as_float64_not_narrowed(producer: str, mx: Any) -> None:
     need(producer)
     ref = np.array([[1 + 2.0**-40, -3.5e300], [np.pi, 2.0**-1074]])  # none of them fits float32
-    src = _source(producer, ref)
+    src = cpu_array(producer, ref)
     native = mx.from_dlpack(src)  # what MLX does by itself: float32, other values
     assert native.dtype == mx.float32
     out = dlbridge.convert(src, "mlx")
     assert out.dtype == mx.float64
-    np.testing.assert_array_equal(bits(_host("mlx", out)), bits(ref))
+    np.testing.assert_array_equal(bits(to_host("mlx", out)), bits(ref))
     with mx.stream(mx.cpu):
         assert float((out * 1.0)[0, 0].item()) == 1 + 2.0**-40  # MLX computes with it as float64
 
@@ -86,7 +71,7 @@ def test_copy_true_gives_one_new_buffer(mx: Any) -> None:
     torch = need("torch")
     t = torch.arange(6, dtype=torch.float32)
     out = dlbridge.to_mlx(t, copy=True)
-    assert _ptr("mlx", out) != t.data_ptr()
+    assert data_ptr("mlx", out) != t.data_ptr()
     t[0] = 42.0
     assert out[0].item() == 0.0  # a copy: later writes to the source do not show
 
@@ -95,17 +80,17 @@ def test_read_only_source_is_converted_as_a_copy() -> None:
     src = np.arange(6, dtype=np.float32)
     src.flags.writeable = False
     out = dlbridge.to_mlx(src)  # no ReadOnlyError: MLX's import is a copy, no write reaches src
-    np.testing.assert_array_equal(_host("mlx", out), src)
-    assert _ptr("mlx", out) != src.ctypes.data
+    np.testing.assert_array_equal(to_host("mlx", out), src)
+    assert data_ptr("mlx", out) != src.ctypes.data
 
 
 def test_transposed_and_sliced_sources_arrive_right() -> None:
     torch = need("torch")
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    np.testing.assert_array_equal(_host("mlx", dlbridge.to_mlx(t.T)), t.T.numpy())
-    np.testing.assert_array_equal(_host("mlx", dlbridge.to_mlx(t[1:, 2:])), t[1:, 2:].numpy())
+    np.testing.assert_array_equal(to_host("mlx", dlbridge.to_mlx(t.T)), t.T.numpy())
+    np.testing.assert_array_equal(to_host("mlx", dlbridge.to_mlx(t[1:, 2:])), t[1:, 2:].numpy())
     a = np.arange(6, dtype=np.float32)[::-1]  # MLX's own from_dlpack refuses negative strides
-    np.testing.assert_array_equal(_host("mlx", dlbridge.to_mlx(a)), a)
+    np.testing.assert_array_equal(to_host("mlx", dlbridge.to_mlx(a)), a)
 
 
 def test_dtypes_mlx_cannot_hold_are_refused_by_name() -> None:
@@ -117,9 +102,9 @@ def test_dtypes_mlx_cannot_hold_are_refused_by_name() -> None:
         dlbridge.to_mlx(fp8)
     view = dlbridge.to_mlx(fp8, fallback="view")
     assert MLX.prober.dtype_str(view) == "uint8"
-    np.testing.assert_array_equal(_host("mlx", view), fp8.view(torch.uint8).numpy())
+    np.testing.assert_array_equal(to_host("mlx", view), fp8.view(torch.uint8).numpy())
     up = dlbridge.to_mlx(fp8, fallback="upcast")
-    np.testing.assert_array_equal(_host("mlx", up), np.array([0.5, -2.0], np.float32))
+    np.testing.assert_array_equal(to_host("mlx", up), np.array([0.5, -2.0], np.float32))
 
 
 def test_module_and_alias_name_the_target(mx: Any) -> None:
@@ -139,8 +124,8 @@ def test_out_of_mlx_shares_the_buffer(consumer: str, dtype: str) -> None:
     src = MLX.prober.make_array(ref, "cpu")
     out = dlbridge.convert(src, consumer)
     assert ADAPTERS[consumer].prober.dtype_str(out) == dtype
-    np.testing.assert_array_equal(bits(_host(consumer, out)), bits(ref))
-    assert _ptr(consumer, out) == _ptr("mlx", src)
+    np.testing.assert_array_equal(bits(to_host(consumer, out)), bits(ref))
+    assert data_ptr(consumer, out) == data_ptr("mlx", src)
 
 
 def test_out_of_mlx_into_jax_shares_aligned_buffers_only() -> None:
@@ -149,8 +134,8 @@ def test_out_of_mlx_into_jax_shares_aligned_buffers_only() -> None:
     src = MLX.prober.make_array(ref, "cpu")
     out = dlbridge.to_jax(src)
     np.testing.assert_array_equal(np.asarray(out), ref)
-    shared = out.unsafe_buffer_pointer() == _ptr("mlx", src)
-    assert shared == (_ptr("mlx", src) % 64 == 0)  # MLX aligns to 8 or 16 bytes; XLA copies those
+    shared = out.unsafe_buffer_pointer() == data_ptr("mlx", src)
+    assert shared == (data_ptr("mlx", src) % 64 == 0)  # MLX aligns to 8 or 16 bytes; XLA copies those
 
 
 def test_writes_through_torch_show_in_mlx(mx: Any) -> None:
@@ -167,7 +152,7 @@ def test_lazy_arrays_are_exported_with_their_values(mx: Any) -> None:
     y = x * 2 + 1  # not evaluated yet: MLX's __dlpack__ evaluates it
     out = dlbridge.to_torch(y)
     assert torch.equal(out, torch.arange(5, dtype=torch.float32) * 2 + 1)
-    assert out.data_ptr() == _ptr("mlx", y)
+    assert out.data_ptr() == data_ptr("mlx", y)
 
 
 def test_transposed_mlx_array_is_shared_strided() -> None:
@@ -176,7 +161,7 @@ def test_transposed_mlx_array_is_shared_strided() -> None:
     out = dlbridge.to_torch(src)
     assert out.stride() == (1, 4)
     assert torch.equal(out, torch.arange(12, dtype=torch.float32).reshape(3, 4).T)
-    assert out.data_ptr() == _ptr("mlx", src)
+    assert out.data_ptr() == data_ptr("mlx", src)
 
 
 def test_mlx_to_mlx_keeps_float64(mx: Any) -> None:

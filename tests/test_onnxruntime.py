@@ -8,7 +8,7 @@ import pytest
 
 import dlbridge
 from dlbridge._adapters._numpy import aligned_copy
-from tests._arrays import bits, reference
+from tests._arrays import bits, reference, torch_bits
 from tests.conftest import need
 
 ort = need("onnxruntime")
@@ -39,15 +39,6 @@ def torch_of(ref: np.ndarray):
         return torch.from_numpy(ref.copy())
     raw = torch.from_numpy(ref.view(f"u{ref.dtype.itemsize}").copy())
     return raw.view(getattr(torch, ref.dtype.name))
-
-
-def torch_bits(t) -> np.ndarray:
-    """``t``'s raw bytes per element, shaped like ``bits()`` of a NumPy array: (*shape, itemsize)."""
-    if t.dtype == torch.bool:
-        return t.numpy()
-    width = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}[t.element_size()]
-    raw = t.contiguous().view(width)
-    return np.ascontiguousarray(raw.numpy()).view(np.uint8).reshape(*t.shape, t.element_size())
 
 
 @pytest.mark.parametrize("dtype", SHARED)

@@ -299,7 +299,7 @@ def _hello_caps(**flipped: dict) -> dict:
     pytest.importorskip("numpy")
     rows = {"versioned_capsules": True, **flipped.get("numpy", {})}  # as NumPy >= 2.1, whatever is installed
     c = ADAPTERS["numpy"].capabilities()._replace(**rows)
-    return {"numpy": caps_entry(c, ADAPTERS["numpy"].device_codes)}
+    return {"numpy": caps_entry(c)}
 
 
 def _needs_readonly_exports() -> None:

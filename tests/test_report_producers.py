@@ -31,8 +31,7 @@ def _need_arrow() -> None:
 
 def _caps(**rows: dict) -> dict:
     """The worker's capability JSON for the consumers named, with rows flipped: ``numpy={...}``."""
-    return {name: caps_entry(ADAPTERS[name].capabilities()._replace(**flip), ADAPTERS[name].device_codes)
-            for name, flip in rows.items()}  # fmt: skip
+    return {name: caps_entry(ADAPTERS[name].capabilities()._replace(**flip)) for name, flip in rows.items()}
 
 
 def _probe(consumer: str, dtype: str = "float32") -> Cell:

@@ -9,7 +9,7 @@ import pytest
 
 import dlbridge
 from dlbridge._adapters._numpy import aligned_copy
-from tests._arrays import bits, reference
+from tests._arrays import bits, reference, torch_bits
 from tests.conftest import need, run_child
 from tests.ctypes_producer import CtypesArray
 
@@ -27,14 +27,6 @@ def warp_of(ref: np.ndarray):
     if ref.dtype.name == "bfloat16":
         return wp.array(aligned_copy(ref.view(np.uint16)), dtype=wp.uint16, device="cpu").view(wp.bfloat16)
     return wp.array(aligned_copy(ref), dtype=getattr(wp, ref.dtype.name), device="cpu")
-
-
-def torch_bits(t) -> np.ndarray:
-    """``t``'s raw bytes per element, shaped like ``bits()`` of a NumPy array."""
-    if t.dtype == torch.bool:
-        return t.numpy()
-    width = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}[t.element_size()]
-    return np.ascontiguousarray(t.contiguous().view(width).numpy()).view(np.uint8).reshape(*t.shape, t.element_size())
 
 
 @pytest.mark.parametrize("dtype", SHARED)

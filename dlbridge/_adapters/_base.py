@@ -100,6 +100,9 @@ class Adapter(ABC):
     # Whether its arrays may be written (JAX's may not): decides whether NumPy < 2.2, which makes
     # every import read-only, gets this producer's memory back writable, as NumPy 2.2+ would.
     mutable_arrays: ClassVar[bool] = True
+    # Whether it exports a read-only array's legacy capsule (unflagged: a legacy capsule cannot say
+    # read-only) instead of refusing it as NumPy does (JAX): read by ``_handoff.decide``.
+    exports_readonly_legacy: ClassVar[bool] = False
     # Whether capabilities() can change during the process (the fast route then checks it on every call).
     dynamic_capabilities: ClassVar[bool] = False
 

@@ -71,6 +71,9 @@ class JaxAdapter(Adapter):
     # (get_stream_for_external_ready_events, a new one each call) and passes it to __dlpack__.
     asks_producer_stream = True
     mutable_arrays = False  # jax.Array is immutable: its legacy capsules reach NumPy read-only
+    # JAX 0.12 flags its versioned capsules READ_ONLY and exports legacy ones all the same (probe
+    # 2026-11-25, jax 0.12.0: __dlpack__() a legacy capsule, __dlpack__(max_version=(1, 0)) READ_ONLY).
+    exports_readonly_legacy = True
     _devices: dict[tuple[int, int], Any]
     _narrowed: tuple[Capabilities, Capabilities] | None = None  # (row, row without 64-bit dtypes)
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._adapters import ADAPTERS
 from .._capabilities import Capabilities
+from .._capsule import DLPackInfo, device_name
+from .._devices import home_of
+from .._dtypes import BY_NAME
+from .._errors import ReadOnlyError
+from .._handoff import Handoff, decide
+from ._cases import REPORTED
 
 __all__ = ["ATTEMPTS", "Attempt", "Cell", "Export", "Report", "RESULTS", "MODES", "predict", "predict_layout",
            "predict_export", "caps_entry", "capabilities_of"]  # fmt: skip
@@ -226,11 +233,9 @@ class Report:
         }
 
 
-def caps_entry(c: Any, device_codes: Any) -> dict[str, Any]:
+def caps_entry(c: Any) -> dict[str, Any]:
     """A consumer's ``Capabilities`` as JSON (made in the worker; ``capabilities_of`` reads it back)."""
-    entry = {k: sorted(v) if isinstance(v, frozenset) else v for k, v in c._asdict().items()}
-    entry["device_codes"] = sorted(device_codes)
-    return entry
+    return {k: sorted(v) if isinstance(v, frozenset) else v for k, v in c._asdict().items()}
 
 
 def capabilities_of(entry: dict[str, Any]) -> Capabilities:
@@ -241,15 +246,20 @@ def capabilities_of(entry: dict[str, Any]) -> Capabilities:
 
 
 def predict(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> str | None:
-    """What the capability table says the consumer's own from_dlpack does with this cell."""
-    c = caps.get(cell.consumer)
-    if c is None:
+    """What the capability table says the consumer's own from_dlpack does with this cell's dense
+    capsule: "ok" where the pipeline would import it as it is (``Handoff.native_import``), else
+    "crash" where the consumer crashes on what it rejects, or "error". A device the consumer cannot
+    use is "error" (the pipeline's device rule, ``_devices.home_of``)."""
+    entry = caps.get(cell.consumer)
+    if entry is None:
         return None
-    if device_codes[cell.producer_device] not in c["device_codes"]:
-        return "error"  # the consumer cannot live on the producer's device
-    if cell.dtype in c["imports"]:
+    c = capabilities_of(entry)
+    record = _decided(cell, c, device_codes, "dense", readonly=False)
+    if record is None:
+        return "error"  # the consumer cannot use the producer's device (the pipeline moves it first)
+    if record.native_import:
         return "ok"
-    return "crash" if c["crashes_on_reject"] else "error"
+    return "crash" if c.crashes_on_reject else "error"
 
 
 def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> None:
@@ -271,33 +281,38 @@ def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int
     elif cell.layout == "readonly" or cell.readonly_source:
         cell.predicted = "ok" if readonly else None
         cell.predicted_readonly = True if readonly else None
-    cell.predicted_dlbridge = _dlbridge_layout(cell, capabilities_of(c))
+    cell.predicted_dlbridge = _dlbridge_layout(cell, capabilities_of(c), device_codes)
 
 
-def _dlbridge_layout(cell: Cell, caps: Capabilities) -> str | None:
+def _decided(cell: Cell, caps: Capabilities, device_codes: dict[str, int], layout: str,
+             readonly: bool) -> Handoff | None:  # fmt: skip
+    """``decide``'s record for the cell's source (``layout``, ``readonly``) as its producer exports it
+    for ``caps`` (versioned where the consumer reads versioned capsules) on the producer's device;
+    None where the consumer cannot use that device (``home_of``: the pipeline moves the memory)."""
+    target = ADAPTERS[cell.consumer]
+    home, usable = home_of((device_codes[cell.producer_device], 0), target)
+    if not usable:
+        return None
+    shape, strides = ((6, 4), (1, 6)) if layout == "transposed" else ((4, 6), None)
+    d, versioned = BY_NAME[cell.dtype], caps.versioned_capsules
+    info = DLPackInfo(cell.dtype, d.code, d.bits, d.lanes, device_name(home[0]), home[1], shape, strides, 0, 64,
+                      readonly, versioned, (1, 3) if versioned else None, cell.producer, device_code=home[0])  # fmt: skip
+    return decide(info, target, caps, "raise", None, None, source=REPORTED.get(cell.producer))
+
+
+def _dlbridge_layout(cell: Cell, caps: Capabilities, device_codes: dict[str, int]) -> str | None:
     """What ``decide`` does with the layout cell's capsule (as the producer exports it for ``caps``):
-    "ok", "copy" (a dense copy first), "readonly" (shared read-only) or "ReadOnlyError"."""
-    from .._adapters import ADAPTERS
-    from .._capsule import DLPackInfo
-    from .._dtypes import BY_NAME
-    from .._handoff import decide
-    from ._cases import REPORTED
-
-    shape, strides = ((6, 4), (1, 6)) if cell.layout == "transposed" else ((4, 6), None)
+    "ok", "copy" (a dense copy first), "readonly" (shared read-only: the capsule's READ_ONLY honoured,
+    or the consumer's arrays are immutable) or "ReadOnlyError"."""
     readonly = cell.layout == "readonly" or cell.readonly_source
-    if readonly and cell.producer == cell.consumer and caps.readonly_arrays:
-        return "readonly"  # the export: a framework's own array goes back to it as it is (no capsule)
-    if readonly and not caps.versioned_capsules:
-        return "ReadOnlyError"  # the export: a legacy capsule cannot say read-only, so producers refuse one
-    d = BY_NAME[cell.dtype]
-    info = DLPackInfo(cell.dtype, d.code, d.bits, d.lanes, "cpu", 0, shape, strides, 0, 64, readonly,
-                      caps.versioned_capsules, (1, 3) if caps.versioned_capsules else None, cell.producer)  # fmt: skip
-    record = decide(info, ADAPTERS[cell.consumer], caps, "raise", None, None, source=REPORTED.get(cell.producer))
-    if record.error is not None:
-        return record.error.__name__ if record.error.__name__ == "ReadOnlyError" else None
+    record = _decided(cell, caps, device_codes, cell.layout, readonly)
+    if record is None or record.error is not None:
+        return "ReadOnlyError" if record is not None and record.error is ReadOnlyError else None
     if record.dense is not None:
         return "copy"
-    return "readonly" if readonly and caps.readonly_arrays else "ok"
+    given = record.given
+    kept = given is not None and given.readonly and not record.drop_readonly
+    return "readonly" if readonly and (kept or not ADAPTERS[cell.consumer].mutable_arrays) else "ok"
 
 
 def predict_export(producer: str, dtype: str, caps: dict[str, Any]) -> str:

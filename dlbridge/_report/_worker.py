@@ -275,7 +275,7 @@ def hello(frameworks: list[str], devices: list[str], dtypes: list[str]) -> dict[
                 layouts[key] = _layouts(fw, dev)
                 if _readonly_source(fw, dev):
                     readonly.append(key)
-    caps = {fw: caps_entry(REPORTED[fw].capabilities(), REPORTED[fw].device_codes) for fw in frameworks}
+    caps = {fw: caps_entry(REPORTED[fw].capabilities()) for fw in frameworks}
     return {"versions": _versions(frameworks), "cuda": cuda, "gpu": gpu_info(cuda) if cuda else None,
             "producers": producers, "exports": exports, "layouts": layouts, "caps": caps,
             "readonly_sources": readonly, "device_codes": DEVICE_CODE}  # fmt: skip
