@@ -136,9 +136,15 @@ def decide_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device
                  stream: int | None, exported: Any = None) -> Front:  # fmt: skip
     """Where ``x`` is, its capsule (exported, not consumed) and the record for it; raises the errors
     found before a record can be made (not an array, a producer that fails, a device it cannot use)."""
+    if type(x) is not CapsuleType:
+        return _array_stage(x, target, fallback, dtype, device, copy, stream, exported)
+    return _capsule_stage(x, target, fallback, dtype, device, copy, stream)
+
+
+def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
+                 stream: int | None, exported: Any) -> Front:  # fmt: skip
+    """``decide_stage`` for an array (anything but a raw capsule)."""
     cls = type(x)
-    if cls is CapsuleType:
-        return _capsule_stage(x, target, fallback, dtype, device, copy, stream)
     source = adapter_for(x)
     if source is None and not hasattr(cls, "__dlpack__"):
         raise symbolic_error(cls) or NotAnArrayError(
