@@ -124,6 +124,8 @@ def test_warm_gpu_conversions_replay_with_one_export(sim, pipeline, producer, ta
         assert pipeline.calls == 0, "the route declined a warm conversion"
         assert sim.log.exports(producer) == 1, sim.log
         assert sim.log.streams_handed(producer) == [STREAM], sim.log  # the consumer's current stream
+        if target == "torch":  # asked through torch's DLPack C exchange API (current_work_stream), once
+            assert len(sim.log.of("stream_query", "torch")) == 1, sim.log
         assert _result(out, target) == (dtype, _bytes(ref), ptr, 0)  # values, dtype, the same memory and device
 
 

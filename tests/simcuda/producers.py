@@ -117,6 +117,7 @@ class TorchCuda:
         def new_stream(device: Any = None, priority: int = 0) -> _TorchStream:
             return _TorchStream(core.new_stream(), _index(device))
 
+        _install_exchange_api(monkeypatch, sim)
         for name, value in {
             "is_available": lambda: True,
             "device_count": lambda: core.STATE.device_count,
@@ -136,6 +137,42 @@ class TorchCuda:
 
 
 _real_from_dlpack: Any = None  # torch.utils.dlpack.from_dlpack before the harness replaced it
+
+
+def _install_exchange_api(monkeypatch: Any, sim: TorchCuda) -> None:
+    """torch's DLPack C exchange API (``Tensor.__dlpack_c_exchange_api__``, torch >= 2.10) with its
+    ``current_work_stream`` answering for the simulated CUDA streams: the current stream's handle on
+    the device asked (0: the legacy default stream), as torch's does from
+    ``at::cuda::getCurrentCUDAStream`` (apache/tvm-ffi tests/python/test_current_work_stream_gpu.py
+    checks it equals ``torch.cuda.current_stream().cuda_stream``). The other entries are torch's own."""
+    import ctypes
+
+    import torch
+
+    real = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    if real is None:
+        return
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    table = (ctypes.c_void_p * 7).from_buffer_copy((ctypes.c_char * 56).from_address(get_pointer(real, _EXCHANGE)))
+
+    def current_work_stream(device_type: int, device_id: int, out: Any) -> int:
+        LOG.add("torch", "stream_query", sim.current.get(device_id, 0), device=device_id)
+        out[0] = sim.current.get(device_id, 0) if device_type == KDL_CUDA else None
+        return 0
+
+    query = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+    callback = query(current_work_stream)
+    table[6] = ctypes.cast(callback, ctypes.c_void_p).value
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    capsule = new_capsule(ctypes.addressof(table), _EXCHANGE, None)
+    _KEEP.append((table, callback))  # the capsule points into them: alive for the process
+    monkeypatch.setattr(torch.Tensor, "__dlpack_c_exchange_api__", capsule)
+
+
+_EXCHANGE = b"dlpack_exchange_api"
+_KEEP: list[Any] = []
 
 
 def _index(device: Any) -> int:
