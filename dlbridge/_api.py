@@ -10,13 +10,13 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from . import _route  # _route.convert: the Python route, or the compiled one (the same steps) where built
 from ._accelerator import accel
 from ._adapters import ADAPTERS, Adapter, adapter_named
 from ._capabilities import Capabilities
 from ._capabilities import capabilities as _table
 from ._options import NOT_GIVEN
 from ._route import SPECS
-from ._route import convert as _route  # the Python route; the compiled one (the same steps) where built
 
 if TYPE_CHECKING:
     from ._types import DeviceLike, DTypeLike, FallbackOption, SupportsDLPack
@@ -33,7 +33,7 @@ def _to(adapter: Adapter) -> Callable[..., Any]:
     def to(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
            dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
            stream: int | None = None) -> Any:  # fmt: skip
-        return _route(spec, x, fallback, dtype, device, copy, stream)
+        return _route.convert(spec, x, fallback, dtype, device, copy, stream)
 
     returns = ".".join(adapter.array_type)
     to.__name__ = to.__qualname__ = f"to_{adapter.name}"
@@ -59,7 +59,7 @@ def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: Fallb
     Zero-copy whenever the target can hold the data where it is; see the README for the
     fallback policy. ``copy=False`` forbids any copy, ``copy=True`` always copies.
     """
-    return _route(SPECS[adapter_named(to).name], x, fallback, dtype, device, copy, stream)
+    return _route.convert(SPECS[adapter_named(to).name], x, fallback, dtype, device, copy, stream)
 
 
 def capabilities(consumer: str, version: str | None = None) -> Capabilities:

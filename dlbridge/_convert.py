@@ -95,19 +95,21 @@ class Front(NamedTuple):
 
 
 def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-             stream: int | None) -> Any:  # fmt: skip
-    return run_stages(x, target, fallback, dtype, device, copy, stream)[0]
+             stream: int | None, exported: Any = None) -> Any:  # fmt: skip
+    return run_stages(x, target, fallback, dtype, device, copy, stream, exported)[0]
 
 
 def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-               stream: int | None) -> tuple[Any, Handoff]:  # fmt: skip
+               stream: int | None, exported: Any = None) -> tuple[Any, Handoff]:  # fmt: skip
     """Decide, then run: at most a device move, a dense copy and the import, each stage decided on
     the array the stage before made (export -> read -> decide -> run). Returns the result and the
-    record of its last stage (the import)."""
+    record of its last stage (the import). ``exported``: x's capsule, already exported as the first
+    stage would (the route's GPU half, with the consumer's stream), so that x is exported once."""
     if copy is not None and copy is not True and copy is not False:
         raise OptionError(f"copy={copy!r}; expected True, False or None")
     for _ in range(4):
-        front = decide_stage(x, target, fallback, dtype, device, copy, stream)
+        front = decide_stage(x, target, fallback, dtype, device, copy, stream, exported)
+        exported = None
         record = front.record
         if record.error is not None:
             record.raise_error()
@@ -131,12 +133,18 @@ def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: 
 
 
 def decide_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-                 stream: int | None) -> Front:  # fmt: skip
+                 stream: int | None, exported: Any = None) -> Front:  # fmt: skip
     """Where ``x`` is, its capsule (exported, not consumed) and the record for it; raises the errors
     found before a record can be made (not an array, a producer that fails, a device it cannot use)."""
+    if type(x) is not CapsuleType:
+        return _array_stage(x, target, fallback, dtype, device, copy, stream, exported)
+    return _capsule_stage(x, target, fallback, dtype, device, copy, stream)
+
+
+def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
+                 stream: int | None, exported: Any) -> Front:  # fmt: skip
+    """``decide_stage`` for an array (anything but a raw capsule)."""
     cls = type(x)
-    if cls is CapsuleType:
-        return _capsule_stage(x, target, fallback, dtype, device, copy, stream)
     source = adapter_for(x)
     if source is None and not hasattr(cls, "__dlpack__"):
         raise symbolic_error(cls) or NotAnArrayError(
@@ -163,7 +171,7 @@ def decide_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device
         who = source.name if source is not None else producer_name(x) or "?"
         return front._replace(record=Handoff(who, target.name, deferred=True, copy=copy is True))
     try:  # (free unless raised) AsIs: the target gets x itself, e.g. torch -> torch keeping autograd
-        capsule = _export(x, source, target, caps, dtype, copy, stream, src_dev)
+        capsule = exported if exported is not None else _export(x, source, target, caps, dtype, copy, stream, src_dev)
     except AsIs as kept:
         record = Handoff(source.name if source else "?", target.name, keep=True, copy=copy is True)
         return front._replace(record=record, value=kept.value)

@@ -39,10 +39,11 @@ from math import prod
 from typing import Any, ClassVar
 
 from . import _logical
+from . import _route_gpu as gpu
 from ._accelerator import accel
 from ._adapters import ADAPTERS, Adapter, adapter_for
 from ._capabilities import Capabilities
-from ._capsule import DLPackInfo, c_strides
+from ._capsule import DLPackInfo, c_strides, device_name
 from ._capsule_edit import relabel_triple, restore_triple
 from ._capsule_probe import probe
 from ._carriers import Carrier
@@ -59,6 +60,8 @@ __all__ = ["SPECS", "Producer", "Replay", "State", "convert", "spec_for"]
 IMPORT_CAPSULE, IMPORT_CARRIER, IMPORT_EXCHANGE = 0, 1, 2
 EXPORT_METHOD, EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD_LEGACY = 0, 1, 2, 3
 _VERSION = (1, 3)
+_CPU = (1, 0)
+_DEVICE_SHIFT = 40  # a GPU capsule's route key: ... | device type << 40 (CPU keys: 0 there)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,9 +138,19 @@ def spec_for(target: Adapter) -> list[Any]:
 
 
 def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any) -> Any:
-    """What both routes decline to: the full pipeline converts x, then the route learns from it."""
-    target = spec[0].target
-    result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream)
+    """What both routes decline to: the route's GPU half (``_route_gpu``), else the full pipeline
+    converts x, then the route learns from it."""
+    state, capsule = spec[0], None
+    if dtype is None and device is None and copy is None and stream is None and state.ready:
+        fb = _fallback_index(fallback)
+        exported = gpu.export(state, x) if fb is not None and not (_views and id(x) in _views) else None
+        if exported is not None and fb is not None:
+            result = _deliver(state, exported[0], fb, exported[1])
+            if result is not _DECLINED:
+                return result
+            capsule = exported[0] if probe(exported[0]) is not None else None  # unless an import took it
+    target = state.target
+    result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream, capsule)
     _learn(spec, target, x, result if dtype is device is copy is stream is None else None)
     return result
 
@@ -163,6 +176,7 @@ def _learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
         _seen.clear()
     _seen[cls] = loaded
     source = adapter_for(x)
+    gpu.note(cls, source)
     export = source.fast_export(cls) if source is not None else None
     if export is None:
         _producers.pop(cls, None)
@@ -213,12 +227,14 @@ def _decide(target: Adapter, caps: Capabilities, key: int) -> Any:
     a plain capsule of that dtype (dense C order, writable, the capsule kind the consumer reads), kept
     where it is a native import or a zero-copy relabel; None: the pipeline decides each time (a
     refusal, a remembered view, an upcasting copy)."""
-    code, bits, lanes, fallback = key & 0xFF, (key >> 8) & 0xFF, (key >> 16) & 0xFFFF, key >> 32
+    code, bits, lanes, fallback = key & 0xFF, (key >> 8) & 0xFF, (key >> 16) & 0xFFFF, (key >> 32) & 0xFF
+    device = key >> _DEVICE_SHIFT or 1
     name = BY_TRIPLE.get((code, bits, lanes))
     if name is None:
         return None
     versioned = caps.versioned_capsules
-    info = DLPackInfo(name, code, bits, lanes, "cpu", 0, (), None, 0, 0, False, versioned, None, None)
+    info = DLPackInfo(name, code, bits, lanes, device_name(device), 0, (), None, 0, 0, False, versioned, None, None,
+                      device_code=device)  # fmt: skip
     record = decide(info, target, caps, FALLBACKS[fallback], None, None)
     plan = record.plan
     if record.error is not None or plan is None or record.writable or record.c_order or record.drop_readonly:
@@ -257,10 +273,16 @@ _DECLINED = object()
 _FALLBACK_INDEX = {name: i for i, name in enumerate(FALLBACKS)}
 
 
-def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
+def _fallback_index(fallback: Any) -> int | None:
+    """fallback= as the index of its canonical name (route keys); None for anything else (a str
+    subclass, an array: the pipeline resolves and explains it)."""
     if fallback is NOT_GIVEN or fallback is None:
         fallback = default_cell[0] or get_default_fallback()  # None: a fallback_policy block was used
-    fb = _FALLBACK_INDEX.get(fallback) if type(fallback) is str else None  # an array's == is elementwise
+    return _FALLBACK_INDEX.get(fallback) if type(fallback) is str else None  # an array's == is elementwise
+
+
+def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
+    fb = _fallback_index(fallback)
     if fb is None:
         return _DECLINED
     try:
@@ -275,17 +297,23 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
         raise
     except Exception:
         return _DECLINED
+    return _deliver(state, capsule, fb, _CPU)
+
+
+def _deliver(state: Any, capsule: Any, fb: int, device: tuple[int, int]) -> Any:
+    """An exported capsule on ``device`` (the one its array claimed) checked, and imported as its
+    stored route says; ``_DECLINED`` where the route does not replay it."""
     raw = probe(capsule)
-    if raw is None or not _plain(state, raw):
+    if raw is None or not _plain(state, raw, device):
         return _DECLINED
     triple = raw[8] | raw[9] << 8 | raw[10] << 16
-    key = triple | fb << 32
+    key = triple | fb << 32 | (device[0] << _DEVICE_SHIFT if device[0] != 1 else 0)
     replay = state.routes.get(key, _DECLINED)
     if replay is _DECLINED:
         replay = state.decide(key)
     if replay is None:
         return _DECLINED
-    return _import(state, capsule, triple, replay)
+    return _import(state, capsule, triple, replay, device)
 
 
 def _export(state: Any, producer: Any, x: Any) -> Any:
@@ -315,11 +343,11 @@ class _Declined(Exception):
     """A guard that does not hold: the pipeline converts x."""
 
 
-def _plain(state: Any, raw: tuple[Any, ...]) -> bool:
-    """Whether a probed capsule is what the route replays: CPU device 0, dense C order, flags and
-    alignment the consumer takes."""
+def _plain(state: Any, raw: tuple[Any, ...], device: tuple[int, int]) -> bool:
+    """Whether a probed capsule is what the route replays: on ``device`` (CPU 0, or the GPU its array
+    claimed), dense C order, flags and alignment the consumer takes."""
     is_versioned, _, _, flags, data, device_type, device_id, _, _, bits, lanes, shape, strides, offset = raw
-    if device_type != 1 or device_id or (is_versioned and not state.versioned):
+    if (device_type, device_id) != device or (is_versioned and not state.versioned):
         return False
     if (strides and strides != c_strides(shape)) or (flags & 1 and not state.readonly_ok):
         return False
@@ -334,12 +362,12 @@ def _plain(state: Any, raw: tuple[Any, ...]) -> bool:
     return not (data + offset) % state.align
 
 
-def _import(state: Any, capsule: Any, triple: int, replay: Any) -> Any:
+def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[int, int]) -> Any:
     wire, finish = replay.wire, replay.finish
     if wire != triple:
         relabel_triple(capsule, wire)
     try:
-        result = state.importer(Carrier(capsule, (1, 0)) if state.kind == IMPORT_CARRIER else capsule)
+        result = state.importer(Carrier(capsule, device) if state.kind == IMPORT_CARRIER else capsule)
     except MemoryError:
         raise
     except Exception:

@@ -67,3 +67,21 @@ def test_host_memory_takes_no_stream(device: tuple[int, int]) -> None:
     assert p.calls[-1].get("stream") is None and out.data_ptr() == p.data_ptr
     del out
     _settle(p)
+
+
+def test_torch_exchange_api_stream_query():
+    # torch >= 2.10's DLPackExchangeAPI.current_work_stream, called as the route's GPU half calls it:
+    # on this CPU-only build the CPU has no stream (NULL) and CUDA answers NULL too (no CUDA runtime).
+    torch = need("torch")
+    from dlbridge._exchange import current_work_stream, is_exchange_api
+
+    api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    if not is_exchange_api(api):
+        pytest.skip(f"torch {torch.__version__} has no DLPack C exchange API")
+    assert current_work_stream(api, (1, 0)) == 0
+    if not torch.cuda.is_available():
+        assert current_work_stream(api, (2, 0)) == 0
+    else:
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            assert current_work_stream(api, (2, torch.cuda.current_device())) == stream.cuda_stream

@@ -280,6 +280,13 @@ class Adapter(ABC):
         framework holds but cannot export). None: arrays of ``cls`` always take the pipeline."""
         return (0, None, (), None, None) if cls is self.array_class() else None
 
+    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
+        """The guards under which an array of exactly type ``cls`` on a GPU takes the fast route's GPU
+        half (``_route_gpu``): each ``(attribute, call, expected)`` as in ``fast_export``, checked before
+        anything is exported; the export itself is ``export()`` with the consumer's stream, inside
+        ``on_device()``. None: GPU arrays of ``cls`` always take the pipeline."""
+        return None
+
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         """How the fast route hands a capsule to this framework: (kind, importer, exchange API
         capsule). kind 0 calls ``importer(capsule)``, 1 ``importer(carrier)``, 2 imports through the

@@ -61,6 +61,11 @@ class CupyAdapter(Adapter):
     def fast_export(self, cls: type) -> FastExport | None:
         return None  # CuPy arrays live on the GPU and the route replays CPU memory only: never exported there
 
+    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
+        # Its own ndarray (not a subclass, which may override __dlpack__): every state exports, and
+        # the dtypes it cannot export are refused by export() before CuPy is asked.
+        return () if cls is self.array_class() else None
+
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         # CuPy views any NumPy dtype (float8 from ml_dtypes included) but exports only its own and
         # bfloat16 (CuPy 14): refused here with the fix, before CuPy's BufferError (capability row).

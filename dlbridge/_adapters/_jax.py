@@ -85,13 +85,20 @@ class JaxAdapter(Adapter):
 
     dynamic_capabilities = True  # jax_enable_x64 can be switched at run time
 
-    def fast_export(self, cls: type) -> FastExport | None:
+    def _plain_export(self, cls: type) -> bool:
         # The concrete array class (jaxlib's ArrayImpl), not tracers; and only where JAX's own
         # export needs no correction (cannot_export / exports_uint8 rows).
         base = self.array_class()
         if base is None or cls.__name__ != "ArrayImpl" or not issubclass(cls, base):
-            return None
-        if self.caps.cannot_export or self.caps.exports_uint8:
+            return False
+        return not (self.caps.cannot_export or self.caps.exports_uint8)
+
+    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
+        # A sharded array has no one device: __dlpack_device__ refuses it, a decline before any export.
+        return () if self._plain_export(cls) else None
+
+    def fast_export(self, cls: type) -> FastExport | None:
+        if not self._plain_export(cls):
             return None
         # The route replays CPU memory only, and where JAX has a GPU backend its arrays may live there:
         # telling them apart costs a Python call (__dlpack_device__), and exporting to find out would

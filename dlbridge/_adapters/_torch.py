@@ -9,7 +9,7 @@ from typing import Any
 from .._capabilities import Capabilities
 from .._capsule import GPU_CODES, device_name
 from .._errors import DLBridgeError, ProducerError
-from .._exchange import is_exchange_api
+from .._exchange import current_work_stream, is_exchange_api
 from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
 from ._numpy import aligned_copy, raw_bits
 
@@ -130,6 +130,16 @@ class TorchAdapter(Adapter):
         # detach(): an alias that holds the storage itself (see export).
         return (1, api, guards, "detach", None) if is_exchange_api(api) else (0, None, guards, "detach", None)
 
+    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
+        # A GPU tensor is exported by __dlpack__(stream=) (export()): the exchange API exports
+        # without synchronising, and the consumer's stream must wait for torch's. The guards are the
+        # states export() would refuse or correct, and a strided tensor (the route replays dense C
+        # order), so that they are declined before any export.
+        if cls is not self.mod.Tensor:
+            return None
+        return (("is_cuda", False, True), ("requires_grad", False, False), ("is_conj", True, False),
+                ("is_neg", True, False), ("layout", False, self.mod.strided), ("is_contiguous", True, True))  # fmt: skip
+
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         found = super().fast_import(caps)
         api = getattr(self.mod.Tensor, "__dlpack_c_exchange_api__", None)
@@ -214,7 +224,10 @@ class TorchAdapter(Adapter):
     def current_stream(self, device: tuple[int, int]) -> int | None:
         if device[0] not in GPU_CODES:
             return None
-        ptr = self.mod.cuda.current_stream(device[1]).cuda_stream  # public API only
+        api = getattr(self.mod.Tensor, "__dlpack_c_exchange_api__", None)  # torch >= 2.10
+        found = current_work_stream(api, device) if is_exchange_api(api) else None
+        # the exchange API's query, or the public one (the same stream; see current_work_stream)
+        ptr = self.mod.cuda.current_stream(device[1]).cuda_stream if found is None else found
         # CUDA: 0 is the legacy default stream, spelled 1 in DLPack. ROCm spells it 0 (torch's
         # __dlpack__ rejects 1 there), as torch.from_dlpack does.
         return (ptr or 1) if device[0] != 10 else ptr

@@ -117,6 +117,7 @@ class TorchCuda:
         def new_stream(device: Any = None, priority: int = 0) -> _TorchStream:
             return _TorchStream(core.new_stream(), _index(device))
 
+        _install_exchange_api(monkeypatch, sim)
         for name, value in {
             "is_available": lambda: True,
             "device_count": lambda: core.STATE.device_count,
@@ -136,6 +137,42 @@ class TorchCuda:
 
 
 _real_from_dlpack: Any = None  # torch.utils.dlpack.from_dlpack before the harness replaced it
+
+
+def _install_exchange_api(monkeypatch: Any, sim: TorchCuda) -> None:
+    """torch's DLPack C exchange API (``Tensor.__dlpack_c_exchange_api__``, torch >= 2.10) with its
+    ``current_work_stream`` answering for the simulated CUDA streams: the current stream's handle on
+    the device asked (0: the legacy default stream), as torch's does from
+    ``at::cuda::getCurrentCUDAStream`` (apache/tvm-ffi tests/python/test_current_work_stream_gpu.py
+    checks it equals ``torch.cuda.current_stream().cuda_stream``). The other entries are torch's own."""
+    import ctypes
+
+    import torch
+
+    real = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    if real is None:
+        return
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    table = (ctypes.c_void_p * 7).from_buffer_copy((ctypes.c_char * 56).from_address(get_pointer(real, _EXCHANGE)))
+
+    def current_work_stream(device_type: int, device_id: int, out: Any) -> int:
+        LOG.add("torch", "stream_query", sim.current.get(device_id, 0), device=device_id)
+        out[0] = sim.current.get(device_id, 0) if device_type == KDL_CUDA else None
+        return 0
+
+    query = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+    callback = query(current_work_stream)
+    table[6] = ctypes.cast(callback, ctypes.c_void_p).value
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    capsule = new_capsule(ctypes.addressof(table), _EXCHANGE, None)
+    _KEEP.append((table, callback))  # the capsule points into them: alive for the process
+    monkeypatch.setattr(torch.Tensor, "__dlpack_c_exchange_api__", capsule)
+
+
+_EXCHANGE = b"dlpack_exchange_api"
+_KEEP: list[Any] = []
 
 
 def _index(device: Any) -> int:
@@ -204,44 +241,51 @@ def _torch_subclass() -> type:
 
         def __dlpack__(self, *, stream: Any = -1, max_version: Any = None, dl_device: Any = None,
                        copy: Any = None) -> Any:  # type: ignore[override]  # fmt: skip
-            # torch 2.13 torch/_tensor.py Tensor.__dlpack__, lines 1538-1667
-            LOG.add("torch", "export", stream, max_version=max_version, dl_device=dl_device, copy=copy,
-                    device=self._sim_index)  # fmt: skip
             plain = self.as_subclass(torch.Tensor)
-            if plain.requires_grad:
-                raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
-            if self._sim_index != core.STATE.current_device:
-                raise BufferError(
-                    "Can't export tensors on a different CUDA device index. "
-                    f"Expected: {self._sim_index}. Current device: {core.STATE.current_device}."
-                )
-            if stream is not None and type(stream) is not int:
-                raise TypeError("stream must be ``int`` or ``none``")
-            if stream != -1:
-                if stream is None or stream == 1:
-                    target = 0  # torch.cuda.default_stream(): the legacy null stream
-                else:
-                    if stream == 2:
-                        raise BufferError("per-thread default stream is not supported.")
-                    if stream == 0:
-                        raise AssertionError(f"unsupported stream on CUDA: {stream}.")
-                    target = stream
-                current = torch.cuda.current_stream().cuda_stream  # patched by TorchCuda
-                if target != current:
-                    LOG.add("torch", "wait", LEGACY if target == 0 else target, producer_stream=current)
-            if dl_device is not None and tuple(dl_device) == (KDL_CPU, 0):
-                capsule = plain.__dlpack__(max_version=max_version, copy=True if copy is None else copy)
-                return capsule  # a CPU copy, as torch's _to_dlpack(dl_device=CPU) makes it
-            if dl_device is not None and tuple(dl_device) != (KDL_CUDA, self._sim_index):
-                raise BufferError(f"cannot export to device {tuple(dl_device)}")
-            capsule = plain.__dlpack__(max_version=max_version, copy=copy)
-            return core.relabel(capsule, (KDL_CUDA, self._sim_index))
+            return cuda_dlpack(plain, torch.Tensor.__dlpack__, self._sim_index, stream, max_version, dl_device, copy)
 
     _SimCudaTensor = SimCudaTensor
     return SimCudaTensor
 
 
 _SimCudaTensor: type | None = None
+
+
+def cuda_dlpack(plain: Any, cpu_dlpack: Any, index: int, stream: Any, max_version: Any, dl_device: Any,
+                copy: Any) -> Any:  # fmt: skip
+    """torch 2.13 ``torch/_tensor.py`` ``Tensor.__dlpack__`` (lines 1538-1667) for a tensor on
+    ``cuda:<index>`` whose memory is the CPU tensor ``plain`` (exported by ``cpu_dlpack``, torch's own
+    CPU ``__dlpack__``, then relabelled)."""
+    import torch
+
+    LOG.add("torch", "export", stream, max_version=max_version, dl_device=dl_device, copy=copy, device=index)
+    if plain.requires_grad:
+        raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+    if index != core.STATE.current_device:
+        raise BufferError(
+            "Can't export tensors on a different CUDA device index. "
+            f"Expected: {index}. Current device: {core.STATE.current_device}."
+        )
+    if stream is not None and type(stream) is not int:
+        raise TypeError("stream must be ``int`` or ``none``")
+    if stream != -1:
+        if stream is None or stream == 1:
+            target = 0  # torch.cuda.default_stream(): the legacy null stream
+        else:
+            if stream == 2:
+                raise BufferError("per-thread default stream is not supported.")
+            if stream == 0:
+                raise AssertionError(f"unsupported stream on CUDA: {stream}.")
+            target = stream
+        current = torch.cuda.current_stream().cuda_stream  # patched by TorchCuda
+        if target != current:
+            LOG.add("torch", "wait", LEGACY if target == 0 else target, producer_stream=current)
+    if dl_device is not None and tuple(dl_device) == (KDL_CPU, 0):
+        return cpu_dlpack(plain, max_version=max_version, copy=True if copy is None else copy)  # a CPU copy
+    if dl_device is not None and tuple(dl_device) != (KDL_CUDA, index):
+        raise BufferError(f"cannot export to device {tuple(dl_device)}")
+    capsule = cpu_dlpack(plain, max_version=max_version, copy=copy)
+    return core.relabel(capsule, (KDL_CUDA, index))
 
 
 def _moved_to(name: str, args: Any, kwargs: Any) -> int | str | None:

@@ -1,0 +1,78 @@
+"""The fast route's GPU half: the export of a GPU array of a framework's own type, with the stream
+handshake done once.
+
+The route (``_route``) replays CPU memory on its first half, compiled or not, and declines GPU arrays
+before exporting them (their guards fail: torch's ``is_cpu``; CuPy's arrays have no CPU entry). The
+declined call comes to ``_route._pipeline``, which asks here first: for an array whose type the
+pipeline converted before (``note``), on a GPU the consumer can use, the export is the pipeline's —
+the consumer's current stream on the array's device (``target.current_stream``: torch's
+``torch.cuda.current_stream``, CuPy's ``get_current_stream``) handed to the producer's
+``__dlpack__(stream=)`` (``source.export``), inside ``source.on_device`` (torch refuses, and CuPy
+records its event on, the current device only) — so the producer makes that stream wait for its work,
+once. The route then checks the capsule and imports it as it does a CPU one (``_route._deliver``), with
+the record ``_handoff.decide`` made for that (consumer row, dtype, fallback, device); the consumer
+is handed the capsule, or a ``Carrier`` saying the device, and does not ask the producer again.
+
+Declined before any export: an unknown type, a guard (autograd, a lazy conjugate or negative bit, a
+non-strided layout), another device, a consumer that picks its own stream (JAX: the pipeline's
+deferred export hands the producer the stream JAX asks with). After the export (rarely: a strided
+capsule, an import that fails) the pipeline converts ``x`` again and says what went wrong. The rule for
+errors is the route's: an ``Exception`` declines, except ``MemoryError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._adapters import Adapter
+from ._capsule import GPU_CODES
+
+__all__ = ["export", "note"]
+
+_VERSION = (1, 3)
+
+# exact type -> (source adapter, guards): GPU arrays of the type take this half; absent: the pipeline
+# (noted as arrays of each type pass the pipeline, ``note``; an entry is replaced whole, never edited).
+_producers: dict[type, tuple[Adapter, tuple[tuple[str, bool, Any], ...]]] = {}
+
+
+def note(cls: type, source: Adapter | None) -> None:
+    """After the pipeline converted an array of type ``cls``: whether its GPU arrays take this half."""
+    guards = source.fast_gpu_export(cls) if source is not None else None
+    if guards is None:
+        _producers.pop(cls, None)
+        return
+    if len(_producers) >= 64:
+        _producers.clear()
+    _producers[cls] = (source, tuple(guards))  # type: ignore[assignment]
+
+
+def export(state: Any, x: Any) -> tuple[Any, tuple[int, int]] | None:
+    """``x``'s capsule for the consumer of ``state`` (a ready route ``State``), exported with the
+    consumer's stream, and the device it claimed; None: declined, nothing exported (or the export
+    failed: the pipeline meets the error again and says what went wrong)."""
+    entry = _producers.get(type(x))
+    if entry is None:
+        return None
+    target = state.target
+    if target.asks_producer_stream:  # JAX: the pipeline's deferred export, with the stream JAX asks with
+        return None
+    source, guards = entry
+    try:
+        for name, call, expected in guards:
+            value = getattr(x, name)
+            if (value() if call else value) is not expected:
+                return None
+        device = source.device_of(x)
+        if device[0] not in GPU_CODES or device[0] not in target.device_codes:
+            return None
+        if state.caps_fn is not None and state.caps_fn() is not state.caps:
+            return None
+        stream = target.current_stream(device)  # the consumer's, on the array's device
+        with source.on_device(device):
+            capsule = source.export(x, stream=stream, max_version=_VERSION if state.versioned else None)
+    except MemoryError:
+        raise
+    except Exception:
+        return None
+    return capsule, device

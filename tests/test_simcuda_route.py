@@ -1,0 +1,196 @@
+"""The fast route's GPU half against simulated CUDA (tests/simcuda/): the protocol only, never GPU evidence.
+
+Warm conversions of a framework's own GPU arrays — exactly ``torch.Tensor`` (tests/simcuda/exact.py),
+CuPy's ``ndarray``, JAX's ``ArrayImpl`` — replay without the pipeline: one export, handed the
+consumer's current stream on the array's device, the consumer importing the capsule as it is (no
+second handshake). Declines happen before any export. Runs in a child pytest (``isolated``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import dlbridge
+from dlbridge import _convert
+from dlbridge._errors import DLBridgeError
+from tests.conftest import need
+from tests.simcuda import exact
+from tests.simcuda.harness import Sim
+
+pytestmark = [pytest.mark.simcuda, pytest.mark.isolated]
+
+torch = need("torch")
+jax = need("jax")
+if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 7) or np.lib.NumpyVersion(np.__version__) < "2.1.2":
+    pytest.skip(
+        f"the stand-ins model JAX >= 0.7's from_dlpack(array) and CuPy 14's bfloat16 (NumPy >= 2.1.2); this stack "
+        f"has JAX {jax.__version__}, NumPy {np.__version__} (the middle and latest stacks run them)",
+        allow_module_level=True,
+    )
+jnp = jax.numpy
+
+STREAM = 0x5A00  # the consumer's current stream in these tests (not the default stream)
+
+
+class Pipeline:
+    """Counts the pipeline's conversions (``_convert.run_stages``): 0 on a replay."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = _convert.run_stages
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(_convert, "run_stages", counted)
+
+
+@pytest.fixture
+def sim(monkeypatch: pytest.MonkeyPatch):
+    s = Sim(monkeypatch)
+    s.cupy("14.2.0")
+    s.torch()
+    exact.install(monkeypatch)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def pipeline(monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    return Pipeline(monkeypatch)
+
+
+def _source(sim: Sim, producer: str, ref, device: int = 0):
+    """(array, its data pointer) of exactly the producer's own type, on ``cuda:<device>``, holding the
+    values of the CPU tensor ``ref``."""
+    values = ref.numpy() if ref.dtype != torch.bfloat16 else ref.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    if producer == "torch":
+        x = exact.cuda_tensor(ref.clone(), device)
+        assert type(x) is torch.Tensor
+        return x, x.data_ptr()
+    if producer == "cupy":
+        with sim.cp.cuda.Device(device):
+            x = sim.cp.asarray(values)
+        assert type(x) is sim.cp.ndarray
+        return x, x.data.ptr
+    gpu = sim.gpu or sim.jax()
+    x = gpu.claim(jnp.asarray(values), gpu.devices[device])
+    assert type(x).__name__ == "ArrayImpl"
+    return x, x.unsafe_buffer_pointer()
+
+
+def _use_stream(sim: Sim, target: str, device: int = 0) -> None:
+    """Make ``STREAM`` the consumer's current stream on ``cuda:<device>``."""
+    if target == "torch":
+        sim.torch_cuda.current[device] = STREAM
+    else:
+        with sim.cp.cuda.Device(device):
+            sim.cp.cuda.Stream(ptr=STREAM).use()
+
+
+def _result(out, target: str) -> tuple[str, bytes, int, int]:
+    """(dtype name, bytes, data pointer, device index) of a consumer's result."""
+    if target == "torch":
+        plain = out.as_subclass(torch.Tensor)
+        return str(plain.dtype).removeprefix("torch."), plain.view(torch.uint8).numpy().tobytes(), out.data_ptr(), \
+            out.device.index  # fmt: skip
+    return str(out.dtype), out.get().tobytes(), out.data.ptr, out.device.id
+
+
+def _bytes(ref) -> bytes:
+    return ref.view(torch.uint8).numpy().tobytes()
+
+
+PAIRS = [("torch", "cupy"), ("cupy", "torch"), ("jax", "torch"), ("jax", "cupy"), ("cupy", "cupy")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "bool"])
+@pytest.mark.parametrize("producer,target", PAIRS)
+def test_warm_gpu_conversions_replay_with_one_export(sim, pipeline, producer, target, dtype):
+    ref = torch.arange(6).to(getattr(torch, dtype))
+    x, ptr = _source(sim, producer, ref)
+    to = getattr(dlbridge, f"to_{target}")
+    to(x)  # the pipeline converts it and the route learns x's type
+    _use_stream(sim, target)
+    for _ in range(3):
+        sim.log.clear()
+        pipeline.calls = 0
+        out = to(x)
+        assert pipeline.calls == 0, "the route declined a warm conversion"
+        assert sim.log.exports(producer) == 1, sim.log
+        assert sim.log.streams_handed(producer) == [STREAM], sim.log  # the consumer's current stream
+        if target == "torch":  # asked through torch's DLPack C exchange API (current_work_stream), once
+            assert len(sim.log.of("stream_query", "torch")) == 1, sim.log
+        assert _result(out, target) == (dtype, _bytes(ref), ptr, 0)  # values, dtype, the same memory and device
+
+
+def test_the_producer_is_handed_the_stream_of_the_arrays_device(sim, pipeline):
+    x, ptr = _source(sim, "torch", torch.arange(4.0), device=1)  # cuda:1 while cuda:0 is current
+    dlbridge.to_cupy(x)
+    _use_stream(sim, "cupy", device=1)
+    sim.log.clear()
+    pipeline.calls = 0
+    out = dlbridge.to_cupy(x)
+    assert pipeline.calls == 0
+    assert sim.log.streams_handed("torch") == [STREAM], sim.log  # cupy's stream on device 1, not 0
+    assert [c.detail["device"] for c in sim.log.of("export", "torch")] == [1]
+    assert _result(out, "cupy")[2:] == (ptr, 1)
+    assert sim.state.current_device == 0  # the switch to device 1 for the export was undone
+
+
+def test_bfloat16_to_cupy_13_3_is_exported_once_and_never_crashes(sim, pipeline):
+    cp = sim.cupy("13.3.0")  # crashes on a bfloat16 capsule (SimulatedCrash, a BaseException)
+    x = exact.cuda_tensor(torch.arange(6, dtype=torch.float32).to(torch.bfloat16))
+    for _ in range(3):
+        sim.log.clear()
+        with pytest.raises(DLBridgeError):
+            dlbridge.to_cupy(x)  # fallback="raise": CuPy 13.3 cannot hold bfloat16
+        assert sim.log.exports("torch") == 1, sim.log  # the route's export, handed to the pipeline
+        sim.log.clear()
+        # fallback="view": the uint16 bits, whose logical dtype dlbridge remembers (the pipeline's step)
+        out = dlbridge.to_cupy(x, fallback="view")
+        assert type(out) is cp.ndarray and out.dtype == np.uint16
+        assert out.data.ptr == x.data_ptr()
+        assert np.array_equal(out.get(), x.view(torch.uint16).numpy())
+        assert sim.log.exports("torch") == 1, sim.log
+
+
+@pytest.mark.parametrize("state", ["requires_grad", "strided"])
+def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipeline, state):
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    x = exact.cuda_tensor(base.t() if state == "strided" else base)
+    if state == "requires_grad":
+        x.requires_grad_(True)
+    for _ in range(3):
+        sim.log.clear()
+        pipeline.calls = 0
+        with contextlib.suppress(DLBridgeError):
+            dlbridge.to_cupy(x)
+        assert pipeline.calls == 1  # the pipeline converts (or refuses) it, and says why
+        assert sim.log.exports("torch") <= 1, sim.log  # only the pipeline's export, if any
+
+
+def test_jax_as_consumer_stays_on_the_pipeline_with_jaxs_own_stream(sim, pipeline):
+    gpu = sim.jax()
+    x, _ = _source(sim, "torch", torch.arange(6.0))
+    for _ in range(3):
+        sim.log.clear()
+        pipeline.calls = 0
+        dlbridge.to_jax(x)
+        assert pipeline.calls == 1  # JAX asks the producer for a stream itself: the deferred export
+        consumed = sim.log.of("consume", "jax")
+        assert sim.log.streams_handed("torch") == [consumed[0].stream], sim.log
+    assert gpu is sim.gpu
+
+
+def test_cpu_arrays_still_take_the_cpu_route(sim, pipeline):
+    t = torch.arange(6, dtype=torch.float32)
+    dlbridge.to_numpy(t)
+    pipeline.calls = 0
+    out = dlbridge.to_numpy(t)
+    assert pipeline.calls == 0 and out.ctypes.data == t.data_ptr()
