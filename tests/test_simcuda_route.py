@@ -17,20 +17,12 @@ import pytest
 import dlbridge
 from dlbridge import _convert
 from dlbridge._errors import DLBridgeError
-from tests.conftest import need
 from tests.simcuda import exact
-from tests.simcuda.harness import Sim
+from tests.simcuda.harness import Sim, modelled_stack
 
 pytestmark = [pytest.mark.simcuda, pytest.mark.isolated]
 
-torch = need("torch")
-jax = need("jax")
-if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 7) or np.lib.NumpyVersion(np.__version__) < "2.1.2":
-    pytest.skip(
-        f"the stand-ins model JAX >= 0.7's from_dlpack(array) and CuPy 14's bfloat16 (NumPy >= 2.1.2); this stack "
-        f"has JAX {jax.__version__}, NumPy {np.__version__} (the middle and latest stacks run them)",
-        allow_module_level=True,
-    )
+torch, jax = modelled_stack()
 jnp = jax.numpy
 
 STREAM = 0x5A00  # the consumer's current stream in these tests (not the default stream)

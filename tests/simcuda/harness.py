@@ -17,6 +17,23 @@ from tests.simcuda import core, cupy_stub, producers
 _CACHED = ("mod", "version", "caps", "_from_dlpack", "_dlpack", "_devices", "_narrowed")
 
 
+def modelled_stack() -> tuple[Any, Any]:
+    """torch and jax for a module of simulated tests; skips the module where the stand-ins do not model
+    this stack (they copy JAX >= 0.7's from_dlpack(array) and CuPy 14's bfloat16, which needs NumPy >= 2.1.2)."""
+    import numpy as np
+
+    from tests.conftest import need
+
+    torch, jax = need("torch"), need("jax")
+    if tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 7) or np.lib.NumpyVersion(np.__version__) < "2.1.2":
+        pytest.skip(
+            f"the stand-ins model JAX >= 0.7's from_dlpack(array) and CuPy 14's bfloat16 (NumPy >= 2.1.2); this "
+            f"stack has JAX {jax.__version__}, NumPy {np.__version__} (the middle and latest stacks run them)",
+            allow_module_level=True,
+        )
+    return torch, jax
+
+
 class Sim:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from dlbridge import _route
