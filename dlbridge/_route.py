@@ -33,10 +33,9 @@ and every other ``BaseException`` propagate as they are.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, fields
 from functools import partial
 from math import prod
-from typing import Any, ClassVar
+from typing import Any, NamedTuple
 
 from . import _logical
 from . import _route_gpu as gpu
@@ -52,69 +51,25 @@ from ._dtypes import BY_NAME, BY_TRIPLE
 from ._exchange import export_exchange
 from ._handoff import decide
 from ._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
+from ._route_records import (  # noqa: F401  (_Py*: the pure-Python records, also where compiled ones are used)
+    EXPORT_EXCHANGE,
+    EXPORT_FUNCTION,
+    EXPORT_METHOD,
+    EXPORT_METHOD_LEGACY,
+    IMPORT_CARRIER,
+    Producer,
+    Replay,
+    State,
+    _PyProducer,
+    _PyReplay,
+    _PyState,
+)
 
 __all__ = ["SPECS", "Producer", "Replay", "State", "convert", "spec_for"]
 
-# Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
-# through its DLPack C exchange API. Export kinds: x.__dlpack__(), the exchange API, a function.
-IMPORT_CAPSULE, IMPORT_CARRIER, IMPORT_EXCHANGE = 0, 1, 2
-EXPORT_METHOD, EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD_LEGACY = 0, 1, 2, 3
 _VERSION = (1, 3)
 _CPU = (1, 0)
 _DEVICE_SHIFT = 40  # a GPU capsule's route key: ... | device type << 40 (CPU keys: 0 there)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _PyState:
-    """A consumer's state (the compiled ``State`` where the accelerator is built; the same fields)."""
-
-    _fields: ClassVar[tuple[str, ...]]
-    target: Any = None  # the consumer's adapter
-    ready: bool = False  # whether the fields below are set: the route replays
-    kind: int = IMPORT_CAPSULE  # how the consumer imports (IMPORT_*) ...
-    importer: Any = None  # ... with this callable
-    api: Any = None  # the consumer's exchange API capsule (IMPORT_EXCHANGE)
-    versioned: bool = False  # whether the consumer reads versioned capsules
-    align: int = 1  # the data alignment it needs
-    readonly_ok: bool = False  # whether it holds read-only memory
-    offset_ok: bool = False  # whether it reads a byte_offset without strides
-    routes: Any = None  # route key -> Replay, or None (the pipeline decides each time)
-    caps_fn: Any = None  # capabilities() where they vary at run time
-    caps: Any = None  # the capability row the routes were decided for
-    decide: Any = None  # decide(key): the key's Replay or None, stored in routes
-    self_type: Any = None  # the consumer's own array type ...
-    self_import: Any = None  # ... handed back as self_import(x) ...
-    self_dtypes: Any = None  # ... for these dtypes (a list, matched by identity)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _PyProducer:
-    """How arrays of one exact type are exported (the compiled ``Producer``: the same fields)."""
-
-    _fields: ClassVar[tuple[str, ...]]
-    kind: int = EXPORT_METHOD  # EXPORT_*
-    handle: Any = None  # the exchange API capsule, or the export function
-    guards: tuple[tuple[str, bool, Any], ...] = ()  # (attribute, call, expected): all must hold
-    alias: str | None = None  # a method whose result is exported instead of x
-    relabels: dict[Any, tuple[Any, int]] | None = None  # dtype -> (view dtype, triple its capsule gets)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _PyReplay:
-    """A stored route (the compiled ``Replay``: the same fields)."""
-
-    _fields: ClassVar[tuple[str, ...]]
-    wire: int  # the dtype triple the consumer is handed
-    finish: Any = None  # turns the import into the result (a zero-copy view), or None
-    record: Any = None  # the Handoff decide() made, which this route replays
-
-
-for _cls in (_PyState, _PyProducer, _PyReplay):
-    _cls._fields = tuple(f.name for f in fields(_cls))
-
-State: Any = _PyState if accel is None else accel.State
-Producer: Any = _PyProducer if accel is None else accel.Producer
-Replay: Any = _PyReplay if accel is None else accel.Replay
 
 # exact type -> Producer: filled as arrays of each type pass the pipeline; replaced whole, never edited.
 _producers: dict[type, Any] = {}
@@ -137,18 +92,21 @@ def spec_for(target: Adapter) -> list[Any]:
     return SPECS[target.name]
 
 
-def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any) -> Any:
+def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any,
+              exported: Any = None) -> Any:  # fmt: skip
     """What both routes decline to: the route's GPU half (``_route_gpu``), else the full pipeline
-    converts x, then the route learns from it."""
-    state, capsule = spec[0], None
-    if dtype is None and device is None and copy is None and stream is None and state.ready:
+    converts x, then the route learns from it. ``exported``: x's capsule, which the route exported and
+    declined before any consumer saw it; the pipeline reads it instead of exporting x again."""
+    state, capsule = spec[0], exported
+    if capsule is None and dtype is None and device is None and copy is None and stream is None and state.ready:
         fb = _fallback_index(fallback)
-        exported = gpu.export(state, x) if fb is not None and not (_views and id(x) in _views) else None
-        if exported is not None and fb is not None:
-            result = _deliver(state, exported[0], fb, exported[1])
-            if result is not _DECLINED:
+        on_gpu = gpu.export(state, x) if fb is not None and not (_views and id(x) in _views) else None
+        if on_gpu is not None and fb is not None:
+            result = _deliver(state, on_gpu[0], fb, on_gpu[1])
+            if type(result) is _Handover:
+                capsule = result.capsule
+            elif result is not _DECLINED:
                 return result
-            capsule = exported[0] if probe(exported[0]) is not None else None  # unless an import took it
     target = state.target
     result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream, capsule)
     _learn(spec, target, x, result if dtype is device is copy is stream is None else None)
@@ -262,12 +220,21 @@ def convert(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, cop
         producer = _producers.get(type(x))
         if producer is not None and not (_views and id(x) in _views):
             result = _replay(state, producer, x, fallback)
+            if type(result) is _Handover:
+                return _pipeline(spec, x, fallback, dtype, device, copy, stream, result.capsule)
             if result is not _DECLINED:
                 return result
     return _pipeline(spec, x, fallback, dtype, device, copy, stream)
 
 
 _DECLINED = object()
+
+
+class _Handover(NamedTuple):
+    """A decline after the export, before any consumer saw the capsule: the pipeline reads this capsule
+    rather than exporting x again (one export per conversion)."""
+
+    capsule: Any
 
 
 _FALLBACK_INDEX = {name: i for i, name in enumerate(FALLBACKS)}
@@ -302,17 +269,20 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
 
 def _deliver(state: Any, capsule: Any, fb: int, device: tuple[int, int]) -> Any:
     """An exported capsule on ``device`` (the one its array claimed) checked, and imported as its
-    stored route says; ``_DECLINED`` where the route does not replay it."""
+    stored route says; a ``_Handover`` of it where the route does not replay it, ``_DECLINED`` where
+    the import failed."""
     raw = probe(capsule)
+    if raw is not None and raw[0] and not state.versioned:
+        return _DECLINED  # not the capsule kind the pipeline asks this consumer's producer for
     if raw is None or not _plain(state, raw, device):
-        return _DECLINED
+        return _Handover(capsule)
     triple = raw[8] | raw[9] << 8 | raw[10] << 16
     key = triple | fb << 32 | (device[0] << _DEVICE_SHIFT if device[0] != 1 else 0)
     replay = state.routes.get(key, _DECLINED)
     if replay is _DECLINED:
         replay = state.decide(key)
     if replay is None:
-        return _DECLINED
+        return _Handover(capsule)
     return _import(state, capsule, triple, replay, device)
 
 

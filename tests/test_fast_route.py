@@ -20,6 +20,7 @@ import time
 import warnings
 import weakref
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -129,6 +130,46 @@ def test_route_equals_pipeline(src: str, dst: str, dtype: str) -> None:
         if expected[6]:
             r = TO[dst](x, fallback="raise")
             assert ptr(r) == ptr(x)
+
+
+@pytest.mark.parametrize("case", ["transposed", "read-only"])
+@pytest.mark.parametrize("src", ["numpy", "torch"])
+def test_a_declined_export_is_handed_to_the_pipeline(monkeypatch: pytest.MonkeyPatch, src: str, case: str) -> None:
+    """The route exports, finds a capsule it does not replay (strided; read-only for a consumer without
+    read-only arrays) and hands that capsule to the pipeline, which reads it instead of exporting x
+    again: one export per conversion (torch's through its exchange API, wrapped as a capsule)."""
+    torch = need("torch")
+    if case == "read-only" and src == "torch":
+        pytest.skip("torch has no read-only tensors")
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    if src == "torch":
+        x: Any = torch.from_numpy(base).t()
+    elif case == "transposed":
+        x = base.T
+    else:
+        x = base.copy()
+        x.flags.writeable = False
+    dst = "torch" if src == "numpy" else "numpy"
+    TO[dst](np.ascontiguousarray(base) if src == "numpy" else torch.from_numpy(base.copy()))  # the route learns
+    exports, handed = [], []
+    real_export, real_convert = dlbridge._convert._export, _route._convert
+    monkeypatch.setattr(dlbridge._convert, "_export", lambda *a: exports.append(1) or real_export(*a))
+
+    def counted(x: Any, target: Any, *args: Any) -> Any:
+        handed.append(args[5] if len(args) > 5 else None)
+        return real_convert(x, target, *args)
+
+    monkeypatch.setattr(_route, "_convert", counted)
+    if case == "read-only":
+        with pytest.raises(dlbridge.ReadOnlyError):  # the pipeline's refusal, decided on the handed capsule
+            TO[dst](x)
+    else:
+        out = TO[dst](x)
+        expected = np.asarray(x) if src == "numpy" else x.numpy()
+        got = out.numpy() if dst == "torch" else out
+        assert np.array_equal(got, expected) and got.dtype == expected.dtype and ptr(out) == ptr(x)
+    assert len(handed) == 1 and handed[0] is not None, "the route did not hand its export over"
+    assert exports == [], "the pipeline exported x a second time"
 
 
 # --- x.set_(y) after an export -----------------------------------------------------------------

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge import _accelerator, _route
+from dlbridge import _accelerator, _route, _route_records
 from tests.conftest import need
 
 pytestmark = pytest.mark.isolated
@@ -370,7 +370,7 @@ def test_the_kind_numbers_match_the_c_header() -> None:
     assert len(enums) == 2, enums
     for entry in (e.strip() for enum in enums for e in enum.split(",")):
         name, _, value = (part.strip() for part in entry.partition("="))
-        assert getattr(_route, name) == int(value), name
+        assert getattr(_route_records, name) == int(value), name
 
 
 def test_records_the_compiled_route_cannot_read_are_refused_or_declined() -> None:

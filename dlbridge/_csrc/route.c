@@ -28,6 +28,7 @@ typedef struct {
     uint64_t flags;                     /* the export's DLPack flags (0 for a legacy capsule) */
     long fallback;                      /* the fallback's index in g_fallbacks */
     int versioned;                      /* whether the export is a versioned tensor */
+    int handover;                       /* declined after the export, before any consumer saw it */
 } Call;
 
 /* After a failure: STEP_DECLINE for an Exception the pipeline will meet again (cleared), STEP_ERROR
@@ -42,12 +43,30 @@ static int settle(void) {
 }
 
 /* The full pipeline (_route._pipeline), which converts x and learns from it. */
-static PyObject *call_pipeline(PyObject *const *args) {
+/* The pipeline, handed the export the route declined (`given`, or NULL: it exports x itself). */
+static PyObject *call_pipeline(PyObject *const *args, PyObject *given) {
     if (g_pipeline == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.convert(): configure() was not called");
         return NULL;
     }
-    return PyObject_CallFunctionObjArgs(g_pipeline, args[0], args[1], args[2], args[3], args[4], args[5], args[6], NULL);
+    /* (a NULL `given` ends the argument list there: seven arguments) */
+    return PyObject_CallFunctionObjArgs(g_pipeline, args[0], args[1], args[2], args[3], args[4], args[5], args[6],
+                                        given, NULL);
+}
+
+/* The export a decline hands the pipeline: the capsule, an exchange-API export wrapped as one, or NULL
+ * (none made, or not since the route's checks). -1 with an error set where wrapping it failed. */
+static int handover(Call *c, PyObject **given) {
+    *given = NULL;
+    if (!c->handover) return 0;
+    if (c->managed != NULL) {
+        c->capsule = PyCapsule_New(c->managed, VERSIONED, managed_capsule_destructor);
+        if (c->capsule == NULL) return -1;
+        c->managed = NULL;
+    }
+    Py_XINCREF(c->capsule);
+    *given = c->capsule;
+    return 0;
 }
 
 /* fallback= as the index of its canonical name; anything else (a str subclass, an array): decline. */
@@ -239,9 +258,10 @@ static int export_x(Call *c) {
 /* CPU device 0, a plain layout, flags and alignment the consumer takes; then the stored route. */
 static int find_route(Call *c) {
     const DLTensor *t = c->tensor;
+    if (c->versioned && !c->state->versioned) return STEP_DECLINE; /* not the capsule kind the pipeline asks for */
+    c->handover = 1; /* every decline from here on leaves the export unseen by any consumer */
     if (t->device.device_type != 1 || t->device.device_id != 0 || !plain_layout(t) ||
-        (c->versioned && !c->state->versioned) || ((c->flags & FLAG_READ_ONLY) && !c->state->readonly_ok) ||
-        (t->byte_offset && !c->state->offset_ok))
+        ((c->flags & FLAG_READ_ONLY) && !c->state->readonly_ok) || (t->byte_offset && !c->state->offset_ok))
         return STEP_DECLINE;
     long align = c->state->align; /* >= 1 (records.c) */
     uint64_t size = 1;
@@ -304,6 +324,7 @@ static int import_capsule(Call *c, DLDataType saved) {
 
 /* Relabel (reinterpret routes), import, finish. */
 static int import_x(Call *c) {
+    c->handover = 0; /* the consumer may take the capsule from here on */
     long long wire = c->replay->wire; /* 0 .. 2**32 - 1 (records.c) */
     PyObject *finish = c->replay->finish;
     DLDataType saved = c->tensor->dtype;
@@ -336,13 +357,15 @@ PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     memset(&c, 0, sizeof c);
     c.args = args;
     int step = replay(&c);
-    PyObject *result = step == STEP_OK ? c.result : NULL;
+    PyObject *result = step == STEP_OK ? c.result : NULL, *given = NULL;
     if (step != STEP_OK) Py_XDECREF(c.result);
+    if (step == STEP_DECLINE && handover(&c, &given) < 0) step = STEP_ERROR; /* no memory for a capsule */
     free_managed(c.managed);
     Py_XDECREF(c.capsule);
     Py_XDECREF(c.replay);
     Py_XDECREF(c.producer);
     Py_XDECREF(c.state);
-    if (step == STEP_DECLINE) result = call_pipeline(args);
+    if (step == STEP_DECLINE) result = call_pipeline(args, given);
+    Py_XDECREF(given);
     return result;
 }

@@ -1,0 +1,72 @@
+"""The fast route's records: ``State`` (a consumer's state), ``Producer`` (how arrays of one type are
+exported) and ``Replay`` (a stored route), immutable and built by keyword. Where the accelerator is built
+they are its C types (``dlbridge/_csrc/records.c``), else the Python classes here, with the same fields
+(``_fields``; tests/test_route_reentrancy.py checks both agree). See ``_route``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from ._accelerator import accel
+
+__all__ = ["State", "Producer", "Replay", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE", "EXPORT_METHOD",
+           "EXPORT_EXCHANGE", "EXPORT_FUNCTION", "EXPORT_METHOD_LEGACY"]  # fmt: skip
+
+# Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
+# through its DLPack C exchange API. Export kinds: x.__dlpack__(), the exchange API, a function.
+IMPORT_CAPSULE, IMPORT_CARRIER, IMPORT_EXCHANGE = 0, 1, 2
+EXPORT_METHOD, EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD_LEGACY = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PyState:
+    """A consumer's state (the compiled ``State`` where the accelerator is built; the same fields)."""
+
+    _fields: ClassVar[tuple[str, ...]]
+    target: Any = None  # the consumer's adapter
+    ready: bool = False  # whether the fields below are set: the route replays
+    kind: int = IMPORT_CAPSULE  # how the consumer imports (IMPORT_*) ...
+    importer: Any = None  # ... with this callable
+    api: Any = None  # the consumer's exchange API capsule (IMPORT_EXCHANGE)
+    versioned: bool = False  # whether the consumer reads versioned capsules
+    align: int = 1  # the data alignment it needs
+    readonly_ok: bool = False  # whether it holds read-only memory
+    offset_ok: bool = False  # whether it reads a byte_offset without strides
+    routes: Any = None  # route key -> Replay, or None (the pipeline decides each time)
+    caps_fn: Any = None  # capabilities() where they vary at run time
+    caps: Any = None  # the capability row the routes were decided for
+    decide: Any = None  # decide(key): the key's Replay or None, stored in routes
+    self_type: Any = None  # the consumer's own array type ...
+    self_import: Any = None  # ... handed back as self_import(x) ...
+    self_dtypes: Any = None  # ... for these dtypes (a list, matched by identity)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PyProducer:
+    """How arrays of one exact type are exported (the compiled ``Producer``: the same fields)."""
+
+    _fields: ClassVar[tuple[str, ...]]
+    kind: int = EXPORT_METHOD  # EXPORT_*
+    handle: Any = None  # the exchange API capsule, or the export function
+    guards: tuple[tuple[str, bool, Any], ...] = ()  # (attribute, call, expected): all must hold
+    alias: str | None = None  # a method whose result is exported instead of x
+    relabels: dict[Any, tuple[Any, int]] | None = None  # dtype -> (view dtype, triple its capsule gets)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PyReplay:
+    """A stored route (the compiled ``Replay``: the same fields)."""
+
+    _fields: ClassVar[tuple[str, ...]]
+    wire: int  # the dtype triple the consumer is handed
+    finish: Any = None  # turns the import into the result (a zero-copy view), or None
+    record: Any = None  # the Handoff decide() made, which this route replays
+
+
+for _cls in (_PyState, _PyProducer, _PyReplay):
+    _cls._fields = tuple(f.name for f in fields(_cls))
+
+State: Any = _PyState if accel is None else accel.State
+Producer: Any = _PyProducer if accel is None else accel.Producer
+Replay: Any = _PyReplay if accel is None else accel.Replay
