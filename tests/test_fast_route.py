@@ -141,6 +141,8 @@ def test_a_declined_export_is_handed_to_the_pipeline(monkeypatch: pytest.MonkeyP
     torch = need("torch")
     if case == "read-only" and src == "torch":
         pytest.skip("torch has no read-only tensors")
+    if case == "read-only" and np.lib.NumpyVersion(np.__version__) < "2.1.0":
+        pytest.skip(f"NumPy {np.__version__} refuses to export a read-only array: no capsule to hand over")
     base = np.arange(24, dtype=np.float32).reshape(4, 6)
     if src == "torch":
         x: Any = torch.from_numpy(base).t()
@@ -150,6 +152,9 @@ def test_a_declined_export_is_handed_to_the_pipeline(monkeypatch: pytest.MonkeyP
         x = base.copy()
         x.flags.writeable = False
     dst = "torch" if src == "numpy" else "numpy"
+    gap = _route_stack_gap(src, dst)
+    if gap:
+        pytest.skip(f"the route is off on this stack: {gap}")
     TO[dst](np.ascontiguousarray(base) if src == "numpy" else torch.from_numpy(base.copy()))  # the route learns
     exports, handed = [], []
     real_export, real_convert = dlbridge._convert._export, _route._convert
