@@ -42,8 +42,8 @@ static int settle(void) {
     return STEP_ERROR;
 }
 
-/* The full pipeline (_route._pipeline), which converts x and learns from it. */
-/* The pipeline, handed the export the route declined (`given`, or NULL: it exports x itself). */
+/* The full pipeline (_route._pipeline), which converts x and learns from it, handed the export the route
+ * declined (`given`; NULL: it exports x itself). */
 static PyObject *call_pipeline(PyObject *const *args, PyObject *given) {
     if (g_pipeline == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.convert(): configure() was not called");
