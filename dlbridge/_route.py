@@ -42,7 +42,7 @@ from . import _route_gpu as gpu
 from ._accelerator import accel
 from ._adapters import ADAPTERS, Adapter, adapter_for
 from ._capabilities import Capabilities
-from ._capsule import DLPackInfo, c_strides, device_name
+from ._capsule import GPU_CODES, DLPackInfo, c_strides, device_name
 from ._capsule_edit import relabel_triple, restore_triple
 from ._capsule_probe import probe
 from ._carriers import Carrier
@@ -272,9 +272,11 @@ def _deliver(state: Any, capsule: Any, fb: int, device: tuple[int, int]) -> Any:
     stored route says; a ``_Handover`` of it where the route does not replay it, ``_DECLINED`` where
     the import failed."""
     raw = probe(capsule)
-    if raw is not None and raw[0] and not state.versioned:
-        return _DECLINED  # not the capsule kind the pipeline asks this consumer's producer for
-    if raw is None or not _plain(state, raw, device):
+    if raw is None or (raw[0] and not state.versioned):
+        return _DECLINED  # unread, or not the capsule kind the pipeline asks this consumer's producer for
+    if (raw[5], raw[6]) != device and raw[5] in GPU_CODES:
+        return _DECLINED  # memory elsewhere than its array said: the pipeline exports it with its handshake
+    if not _plain(state, raw, device):
         return _Handover(capsule)
     triple = raw[8] | raw[9] << 8 | raw[10] << 16
     key = triple | fb << 32 | (device[0] << _DEVICE_SHIFT if device[0] != 1 else 0)

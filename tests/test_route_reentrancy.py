@@ -379,6 +379,7 @@ def test_records_the_compiled_route_cannot_read_are_refused_or_declined() -> Non
     accel = _accelerator.accel
     if accel is None:
         pytest.skip("the compiled route is not built")
+    need("torch")
     from dlbridge._options import NOT_GIVEN
 
     x = np.arange(6, dtype=np.float32)

@@ -153,11 +153,16 @@ def test_bfloat16_to_cupy_13_3_is_exported_once_and_never_crashes(sim, pipeline)
 
 
 @pytest.mark.parametrize("state", ["requires_grad", "strided"])
-def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipeline, state):
+def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipeline, monkeypatch, state):
     base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     x = exact.cuda_tensor(base.t() if state == "strided" else base)
     if state == "requires_grad":
         x.requires_grad_(True)
+    from dlbridge import _route_gpu
+
+    dlbridge.to_cupy(exact.cuda_tensor(torch.arange(4.0)))  # the route learns torch.Tensor and CuPy's state
+    real, made = _route_gpu.export, []
+    monkeypatch.setattr(_route_gpu, "export", lambda state, x: made.append(real(state, x)) or made[-1])
     for _ in range(3):
         sim.log.clear()
         pipeline.calls = 0
@@ -165,6 +170,22 @@ def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipe
             dlbridge.to_cupy(x)
         assert pipeline.calls == 1  # the pipeline converts (or refuses) it, and says why
         assert sim.log.exports("torch") <= 1, sim.log  # only the pipeline's export, if any
+    assert made and all(m is None for m in made), "the route's GPU half exported it"
+
+
+@pytest.mark.parametrize("version", ["13.3.0", "14.2.0"])
+def test_managed_memory_into_torch_is_handed_torchs_stream(sim, pipeline, version):
+    # torch cannot hold kDLCUDAManaged (13) as such: the pipeline relabels it as the CUDA memory it is,
+    # and CuPy is handed torch's current stream on that device (asked as CUDA, torch's own device type).
+    cp = sim.cupy(version)
+    x = cp.empty(4, np.float32, device=0, kind="managed")
+    x._host[...] = np.arange(4)
+    _use_stream(sim, "torch")
+    for _ in range(2):
+        sim.log.clear()
+        out = dlbridge.to_torch(x)
+        assert sim.log.streams_handed("cupy") == [STREAM], sim.log
+        assert out.data_ptr() == x.data.ptr and out.device == torch.device("cuda", 0)
 
 
 def test_jax_as_consumer_stays_on_the_pipeline_with_jaxs_own_stream(sim, pipeline):

@@ -85,3 +85,17 @@ def test_torch_exchange_api_stream_query():
         stream = torch.cuda.Stream()
         with torch.cuda.stream(stream):
             assert current_work_stream(api, (2, torch.cuda.current_device())) == stream.cuda_stream
+
+
+def test_torch_without_cuda_cannot_name_a_cuda_stream():
+    # A CUDA source in a process whose torch has no CUDA: the stream query raises (the pipeline says the
+    # device cannot be used here), rather than the exchange API's NULL read as the legacy default stream.
+    torch = need("torch")
+    if torch.cuda.is_available():
+        pytest.skip("torch has CUDA here")
+    from dlbridge._adapters import ADAPTERS
+
+    with pytest.raises(Exception):  # noqa: B017 - torch's own error ("Torch not compiled with CUDA enabled", ...)
+        ADAPTERS["torch"].current_stream((2, 0))
+    with pytest.raises(dlbridge.DeviceMismatchError):
+        dlbridge._devices.stream_for(None, ADAPTERS["torch"], (2, 0))

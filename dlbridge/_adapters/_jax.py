@@ -94,7 +94,8 @@ class JaxAdapter(Adapter):
         return not (self.caps.cannot_export or self.caps.exports_uint8)
 
     def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        # A sharded array has no one device: __dlpack_device__ refuses it, a decline before any export.
+        # A sharded array has no one device: its export fails (device_of names its first shard's, so that
+        # the pipeline can say what to do), which declines it with nothing exported.
         return () if self._plain_export(cls) else None
 
     def fast_export(self, cls: type) -> FastExport | None:

@@ -224,10 +224,16 @@ class TorchAdapter(Adapter):
     def current_stream(self, device: tuple[int, int]) -> int | None:
         if device[0] not in GPU_CODES:
             return None
-        api = getattr(self.mod.Tensor, "__dlpack_c_exchange_api__", None)  # torch >= 2.10
-        found = current_work_stream(api, device) if is_exchange_api(api) else None
-        # the exchange API's query, or the public one (the same stream; see current_work_stream)
-        ptr = self.mod.cuda.current_stream(device[1]).cuda_stream if found is None else found
+        cuda = self.mod.cuda
+        # torch's DLPack C exchange API (torch >= 2.10) answers the same stream as the public query (see
+        # current_work_stream) without building a stream object, but only for its own device type
+        # (managed memory is asked as the CUDA device it belongs to), and with NULL, which is also
+        # the legacy default stream, where torch has no CUDA at all: then the public query raises
+        # (a CUDA source this process cannot use).
+        api = getattr(self.mod.Tensor, "__dlpack_c_exchange_api__", None)
+        kind = 2 if device[0] == 13 else device[0]
+        found = current_work_stream(api, (kind, device[1])) if is_exchange_api(api) and cuda.is_available() else None
+        ptr = cuda.current_stream(device[1]).cuda_stream if found is None else found
         # CUDA: 0 is the legacy default stream, spelled 1 in DLPack. ROCm spells it 0 (torch's
         # __dlpack__ rejects 1 there), as torch.from_dlpack does.
         return (ptr or 1) if device[0] != 10 else ptr

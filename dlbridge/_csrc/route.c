@@ -259,7 +259,9 @@ static int export_x(Call *c) {
 static int find_route(Call *c) {
     const DLTensor *t = c->tensor;
     if (c->versioned && !c->state->versioned) return STEP_DECLINE; /* not the capsule kind the pipeline asks for */
-    c->handover = 1; /* every decline from here on leaves the export unseen by any consumer */
+    /* Every decline from here on leaves the export unseen by any consumer; handed on if it is host memory
+     * (a GPU capsule here was exported without the stream handshake the pipeline does). */
+    c->handover = t->device.device_type == 1;
     if (t->device.device_type != 1 || t->device.device_id != 0 || !plain_layout(t) ||
         ((c->flags & FLAG_READ_ONLY) && !c->state->readonly_ok) || (t->byte_offset && !c->state->offset_ok))
         return STEP_DECLINE;
