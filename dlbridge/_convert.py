@@ -103,8 +103,9 @@ def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: 
                stream: int | None, exported: Any = None) -> tuple[Any, Handoff]:  # fmt: skip
     """Decide, then run: at most a device move, a dense copy and the import, each stage decided on
     the array the stage before made (export -> read -> decide -> run). Returns the result and the
-    record of its last stage (the import). ``exported``: x's capsule, already exported as the first
-    stage would (the route's GPU half, with the consumer's stream), so that x is exported once."""
+    record of its last stage (the import). ``exported``: x's capsule as the fast route exported it
+    before declining (for a GPU array, with the consumer's stream), read by the first stage instead of
+    exporting x again."""
     if copy is not None and copy is not True and copy is not False:
         raise OptionError(f"copy={copy!r}; expected True, False or None")
     for _ in range(4):

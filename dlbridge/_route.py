@@ -63,6 +63,7 @@ from ._route_records import (  # noqa: F401  (_Py*: the pure-Python records, als
     _PyProducer,
     _PyReplay,
     _PyState,
+    guards_hold,
 )
 
 __all__ = ["SPECS", "Producer", "Replay", "State", "convert", "spec_for"]
@@ -249,7 +250,8 @@ def _fallback_index(fallback: Any) -> int | None:
 
 
 def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
-    fb = _fallback_index(fallback)
+    cell = default_cell[0] if fallback is NOT_GIVEN else None  # the common call, without a function call
+    fb = _FALLBACK_INDEX.get(cell) if cell is not None else _fallback_index(fallback)
     if fb is None:
         return _DECLINED
     try:
@@ -291,10 +293,8 @@ def _deliver(state: Any, capsule: Any, fb: int, device: tuple[int, int]) -> Any:
 def _export(state: Any, producer: Any, x: Any) -> Any:
     """x's capsule as the Producer says; guards that fail raise (a decline)."""
     kind, alias, relabels = producer.kind, producer.alias, producer.relabels
-    for name, call, expected in producer.guards:
-        value = getattr(x, name)
-        if (value() if call else value) is not expected:
-            raise _Declined
+    if producer.guards and not guards_hold(producer.guards, x):
+        raise _Declined
     relabel = relabels.get(x.dtype) if relabels else None
     source = x if alias is None else getattr(x, alias)()
     if relabel is not None:  # a dtype the framework holds but cannot export

@@ -26,6 +26,7 @@ from typing import Any
 
 from ._adapters import Adapter
 from ._capsule import GPU_CODES
+from ._route_records import guards_hold
 
 __all__ = ["export", "note"]
 
@@ -59,10 +60,8 @@ def export(state: Any, x: Any) -> tuple[Any, tuple[int, int]] | None:
         return None
     source, guards = entry
     try:
-        for name, call, expected in guards:
-            value = getattr(x, name)
-            if (value() if call else value) is not expected:
-                return None
+        if not guards_hold(guards, x):
+            return None
         device = source.device_of(x)
         if device[0] not in GPU_CODES or device[0] not in target.device_codes:
             return None

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from ._accelerator import accel
 
-__all__ = ["State", "Producer", "Replay", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE", "EXPORT_METHOD",
+__all__ = ["State", "Producer", "Replay", "guards_hold", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE", "EXPORT_METHOD",
            "EXPORT_EXCHANGE", "EXPORT_FUNCTION", "EXPORT_METHOD_LEGACY"]  # fmt: skip
 
 # Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
@@ -70,3 +70,13 @@ for _cls in (_PyState, _PyProducer, _PyReplay):
 State: Any = _PyState if accel is None else accel.State
 Producer: Any = _PyProducer if accel is None else accel.Producer
 Replay: Any = _PyReplay if accel is None else accel.Replay
+
+
+def guards_hold(guards: tuple[tuple[str, bool, Any], ...], x: Any) -> bool:
+    """Whether every guard of a Producer (or a GPU entry) holds for x: ``getattr(x, attribute)``, called
+    where asked, is ``expected`` (by identity). The compiled route checks them the same way (route.c)."""
+    for name, call, expected in guards:
+        value = getattr(x, name)
+        if (value() if call else value) is not expected:
+            return False
+    return True

@@ -123,9 +123,8 @@ class TorchAdapter(Adapter):
         # DLPackExchangeAPI) skips __dlpack__'s checks, so the states __dlpack__ refuses or exports
         # wrongly are guards here: autograd, the conjugate and negative bits, non-strided layouts.
         # is_cpu first: the route replays CPU memory only, so a CUDA tensor is declined before any
-        # export (the pipeline exports it once, with the consumer's stream).
-        guards = (("is_cpu", False, True), ("requires_grad", False, False), ("is_conj", True, False),
-                  ("is_neg", True, False), ("layout", False, torch.strided))  # fmt: skip
+        # export (the route's GPU half exports it once, with the consumer's stream: fast_gpu_export).
+        guards = (("is_cpu", False, True), *self._state_guards)
         api = getattr(cls, "__dlpack_c_exchange_api__", None)
         # detach(): an alias that holds the storage itself (see export).
         return (1, api, guards, "detach", None) if is_exchange_api(api) else (0, None, guards, "detach", None)
@@ -137,8 +136,13 @@ class TorchAdapter(Adapter):
         # order), so that they are declined before any export.
         if cls is not self.mod.Tensor:
             return None
-        return (("is_cuda", False, True), ("requires_grad", False, False), ("is_conj", True, False),
-                ("is_neg", True, False), ("layout", False, self.mod.strided), ("is_contiguous", True, True))  # fmt: skip
+        return (("is_cuda", False, True), *self._state_guards, ("is_contiguous", True, True))
+
+    @cached_property
+    def _state_guards(self) -> tuple[tuple[str, bool, Any], ...]:
+        """The tensor states torch's export refuses or would export wrongly, as route guards."""
+        return (("requires_grad", False, False), ("is_conj", True, False), ("is_neg", True, False),
+                ("layout", False, self.mod.strided))  # fmt: skip
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         found = super().fast_import(caps)
@@ -224,19 +228,23 @@ class TorchAdapter(Adapter):
     def current_stream(self, device: tuple[int, int]) -> int | None:
         if device[0] not in GPU_CODES:
             return None
-        cuda = self.mod.cuda
-        # torch's DLPack C exchange API (torch >= 2.10) answers the same stream as the public query (see
+        # torch's DLPack C exchange API answers the same stream as the public query (see
         # current_work_stream) without building a stream object, but only for its own device type
-        # (managed memory is asked as the CUDA device it belongs to), and with NULL, which is also
-        # the legacy default stream, where torch has no CUDA at all: then the public query raises
-        # (a CUDA source this process cannot use).
-        api = getattr(self.mod.Tensor, "__dlpack_c_exchange_api__", None)
-        kind = 2 if device[0] == 13 else device[0]
-        found = current_work_stream(api, (kind, device[1])) if is_exchange_api(api) and cuda.is_available() else None
-        ptr = cuda.current_stream(device[1]).cuda_stream if found is None else found
+        # (managed memory is asked as the CUDA device it belongs to).
+        api = self._stream_api
+        found = current_work_stream(api, (2 if device[0] == 13 else device[0], device[1])) if api else None
+        ptr = self.mod.cuda.current_stream(device[1]).cuda_stream if found is None else found
         # CUDA: 0 is the legacy default stream, spelled 1 in DLPack. ROCm spells it 0 (torch's
         # __dlpack__ rejects 1 there), as torch.from_dlpack does.
         return (ptr or 1) if device[0] != 10 else ptr
+
+    @cached_property
+    def _stream_api(self) -> Any:
+        """torch's DLPack C exchange API (torch >= 2.10) for stream queries, where torch has CUDA; None
+        without CUDA, where its answer, NULL, would read as the legacy default stream: then the public
+        query raises (a CUDA source this process cannot use)."""
+        api = getattr(self.mod.Tensor, "__dlpack_c_exchange_api__", None)
+        return api if is_exchange_api(api) and self.mod.cuda.is_available() else None
 
     def on_device(self, device: tuple[int, int]) -> AbstractContextManager[Any]:
         # torch's __dlpack__ refuses tensors on a GPU other than the current one.

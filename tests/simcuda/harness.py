@@ -14,7 +14,7 @@ import pytest
 
 from tests.simcuda import core, cupy_stub, producers
 
-_CACHED = ("mod", "version", "caps", "_from_dlpack", "_dlpack", "_devices", "_narrowed")
+_CACHED = ("mod", "version", "caps", "_from_dlpack", "_dlpack", "_devices", "_narrowed", "_stream_api", "_state_guards")
 
 
 def modelled_stack() -> tuple[Any, Any]:
