@@ -73,7 +73,7 @@ def run_row(row: Row, rounds: int, budget_ms: float) -> Row:
     import dlbridge
     from dlbridge._adapters import ADAPTERS
     from dlbridge._options import Fallback
-    from dlbridge._plan import plan_for
+    from dlbridge._pipeline._plan import plan_for
 
     try:
         x, u = make_source(row.producer, row.dtype, row.nbytes, row.device)

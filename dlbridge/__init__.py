@@ -9,8 +9,7 @@ from ._api import TO
 from ._api import capabilities as capabilities
 from ._api import convert as convert
 from ._api import register_numpy_dtypes as register_numpy_dtypes
-from ._capsule import DLPackInfo as DLPackInfo
-from ._convert import inspect as inspect
+from ._capsule._read import DLPackInfo as DLPackInfo
 from ._errors import CapsuleError as CapsuleError
 from ._errors import DeviceMismatchError as DeviceMismatchError
 from ._errors import DLBridgeError as DLBridgeError
@@ -21,11 +20,12 @@ from ._errors import OptionError as OptionError
 from ._errors import ProducerError as ProducerError
 from ._errors import ReadOnlyError as ReadOnlyError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
-from ._explain import explain as explain
-from ._handoff import Handoff as Handoff
 from ._options import fallback_policy as fallback_policy
 from ._options import get_default_fallback as get_default_fallback
 from ._options import set_default_fallback as set_default_fallback
+from ._pipeline._convert import inspect as inspect
+from ._pipeline._explain import explain as explain
+from ._pipeline._handoff import Handoff as Handoff
 from ._shards import from_shards as from_shards
 from ._shards import shards as shards
 from ._types import SupportsDLPack as SupportsDLPack
@@ -63,13 +63,13 @@ __all__ = [
 
 
 if TYPE_CHECKING:
-    from ._guard import guard as guard
+    from ._guard._decorator import guard as guard
 
 
 def __getattr__(name: str) -> Any:
     # The guard (and its signature machinery) loads on first use: ~4 ms off ``import dlbridge``.
     if name == "guard":
-        from ._guard import guard
+        from ._guard._decorator import guard
 
         globals()["guard"] = guard
         return guard

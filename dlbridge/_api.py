@@ -10,13 +10,15 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from . import _route  # _route.convert: the Python route, or the compiled one (the same steps) where built
 from ._accelerator import accel
 from ._adapters import ADAPTERS, Adapter, adapter_named
 from ._capabilities import Capabilities
 from ._capabilities import capabilities as _table
 from ._options import NOT_GIVEN
-from ._route import SPECS
+from ._route import (
+    _replay as _route,  # _route.convert: the Python route, or the compiled one (the same steps) where built
+)
+from ._route._replay import SPECS
 
 if TYPE_CHECKING:
     from ._types import DeviceLike, DTypeLike, FallbackOption, SupportsDLPack

@@ -104,7 +104,7 @@ def _explain(args: argparse.Namespace) -> int:
 
     from ._adapters import ADAPTERS
     from ._dtypes import ALIASES, BY_NAME
-    from ._explain import explain
+    from ._pipeline._explain import explain
     from ._report._cases import REPORTED, import_order, installed_frameworks, make_source, reference
 
     aliases = {alias: a.name for a in REPORTED.values() for alias in (a.module, *a.aliases)}

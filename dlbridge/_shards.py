@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 from ._adapters import ADAPTERS, adapter_for, adapter_named
 from ._adapters._jax import JaxAdapter
 from ._api import convert
-from ._devices import device_of
 from ._errors import DLBridgeError, LayoutError, NotAnArrayError, OptionError
 from ._options import NOT_GIVEN
+from ._pipeline._devices import device_of
 
 if TYPE_CHECKING:
     import cupy

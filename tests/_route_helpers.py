@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dlbridge import _accelerator, _route
+from dlbridge import _accelerator
 from dlbridge._adapters import ADAPTERS, adapter_for
-from dlbridge._convert import _convert
 from dlbridge._options import NOT_GIVEN, resolve_fallback
+from dlbridge._pipeline._convert import _convert
+from dlbridge._route import _replay as _route
 from tests._isolated import IN_CHILD
 
 COMPILED = _accelerator.accel is not None

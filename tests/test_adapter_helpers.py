@@ -9,8 +9,8 @@ import pytest
 import dlbridge
 from dlbridge._adapters import ADAPTERS, HOST
 from dlbridge._adapters._base import Adapter
-from dlbridge._devices import parse_device
 from dlbridge._dtypes import ALIASES, BY_NAME, canonical, lookup
+from dlbridge._pipeline._devices import parse_device
 from dlbridge._report import _cases
 from tests._arrays import DTYPES, bits, reference
 from tests.conftest import need

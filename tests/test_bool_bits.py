@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import dlbridge
-from dlbridge._plan import plan_for
+from dlbridge._pipeline._plan import plan_for
 from tests._robust_helpers import TO, data_ptr, np, torch
 from tests.conftest import need
 from tests.ctypes_producer import CtypesArray

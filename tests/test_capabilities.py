@@ -68,9 +68,9 @@ def test_a_row_claims_nothing_for_a_prerelease_of_its_first_version(version: str
 
 def test_cupy_13_3_never_receives_a_dtype_it_would_crash_on() -> None:
     """The plan for a crash-prone consumer only ever puts imported dtypes on the wire."""
-    from dlbridge._capsule import DLPackInfo
+    from dlbridge._capsule._read import DLPackInfo
     from dlbridge._errors import UnsupportedDtypeError
-    from dlbridge._plan import plan_for
+    from dlbridge._pipeline._plan import plan_for
 
     caps = capabilities("cupy", "13.3.0")
     for name, d in BY_NAME.items():

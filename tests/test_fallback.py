@@ -78,7 +78,7 @@ def test_a_copied_view_remembers_the_copy() -> None:
 
 
 def test_the_record_dies_with_the_view() -> None:
-    from dlbridge import _logical
+    from dlbridge._pipeline import _logical as _logical
 
     x = _b11()
     before = len(_logical._entries)

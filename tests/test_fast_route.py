@@ -1,4 +1,4 @@
-"""The fast route (dlbridge/_route.py; compiled in dlbridge/_csrc/): the same results as the full
+"""The fast route (dlbridge/_route/_replay.py; compiled in dlbridge/_csrc/): the same results as the full
 pipeline, on both paths.
 
 Every test runs in-process on the path this process loaded (``[loaded]``) and, where that is the
@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge import _accelerator, _route
+from dlbridge import _accelerator
+from dlbridge._route import _replay as _route
 from tests._arrays import make_source, np_dtype, reference
 from tests._route_helpers import (  # noqa: F401 - route_path: the fixture on_both_paths parametrizes
     COMPILED,
@@ -157,8 +158,8 @@ def test_a_declined_export_is_handed_to_the_pipeline(monkeypatch: pytest.MonkeyP
         pytest.skip(f"the route is off on this stack: {gap}")
     TO[dst](np.ascontiguousarray(base) if src == "numpy" else torch.from_numpy(base.copy()))  # the route learns
     exports, handed = [], []
-    real_export, real_convert = dlbridge._convert._export, _route._convert
-    monkeypatch.setattr(dlbridge._convert, "_export", lambda *a: exports.append(1) or real_export(*a))
+    real_export, real_convert = dlbridge._pipeline._convert._export, _route._convert
+    monkeypatch.setattr(dlbridge._pipeline._convert, "_export", lambda *a: exports.append(1) or real_export(*a))
 
     def counted(x: Any, target: Any, *args: Any) -> Any:
         handed.append(args[5] if len(args) > 5 else None)
@@ -300,7 +301,8 @@ def _capsules():
 
 
 def test_probe_compiled_and_python_agree() -> None:
-    from dlbridge import _capsule, _capsule_probe
+    from dlbridge._capsule import _probe as _capsule_probe
+    from dlbridge._capsule import _read as _capsule
 
     for case, capsule, malformed in _capsules():
         mine = _capsule_probe._probe_py(capsule)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge import _route
+from dlbridge._route import _replay as _route
 from tests._route_helpers import (  # noqa: F401 - route_path: the fixture on_both_paths parametrizes
     aligned,
     counting_declines,

@@ -72,7 +72,7 @@ def test_ml_dtypes_decodes_the_16_codes_as_e2m1():
 
 
 def test_pack_and_unpack_put_value_2i_in_the_low_nibble():
-    from dlbridge._subbyte import pack, unpack
+    from dlbridge._pipeline._subbyte import pack, unpack
 
     packed = pack(CODES.reshape(2, 8))
     assert packed.tolist() == [[0x10, 0x32, 0x54, 0x76], [0x98, 0xBA, 0xDC, 0xFE]]
@@ -85,7 +85,7 @@ def test_jax_holds_fp4_packed_two_a_byte():
     import ctypes
 
     jnp = need("jax").numpy
-    from dlbridge._capsule import read
+    from dlbridge._capsule._read import read
 
     arr = jnp.asarray(CODES[:15].reshape(3, 5).view(FP4))
     capsule = arr.__dlpack__()
@@ -233,8 +233,8 @@ def test_targets_without_fp4_still_refuse_as_before():
     need("torch")
     from dlbridge import UnsupportedDtypeError, inspect
     from dlbridge._capabilities import capabilities
-    from dlbridge._plan import plan_for
-    from dlbridge._subbyte import _form
+    from dlbridge._pipeline._plan import plan_for
+    from dlbridge._pipeline._subbyte import _form
 
     cupy = capabilities("cupy", "14.0")  # holds no fp4 in any layout: the pipeline refuses as it did
     assert _form(cupy) is None
@@ -271,9 +271,9 @@ def test_a_padded_capsule_is_never_handed_to_a_consumer_that_reads_fp4_packed():
     repacks an array, and refuses a raw capsule (which dlbridge does not rewrite)."""
     from dlbridge._adapters import ADAPTERS
     from dlbridge._capabilities import capabilities
-    from dlbridge._capsule import DLPackInfo
-    from dlbridge._handoff import decide
-    from dlbridge._subbyte import FLAG_PADDED
+    from dlbridge._capsule._read import DLPackInfo
+    from dlbridge._pipeline._handoff import decide
+    from dlbridge._pipeline._subbyte import FLAG_PADDED
 
     caps = capabilities("jax", "0.9.0")  # a JAX that imports float4_e2m1fn, packed (DLPack's default)
     assert "float4_e2m1fn" in caps.imports

@@ -68,10 +68,10 @@ def test_guard_loads_on_first_use() -> None:
     proc = run_child(
         """
         import sys, dlbridge
-        print("dlbridge._guard" in sys.modules, "guard" in dir(dlbridge))
+        print("dlbridge._guard._decorator" in sys.modules, "guard" in dir(dlbridge))
         from dlbridge import guard
-        print("dlbridge._guard" in sys.modules, guard is dlbridge.guard, guard.__module__)
+        print("dlbridge._guard._decorator" in sys.modules, guard is dlbridge.guard, guard.__module__)
         """
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["False", "True", "True", "True", "dlbridge._guard"]
+    assert proc.stdout.split() == ["False", "True", "True", "True", "dlbridge._guard._decorator"]

@@ -1,5 +1,5 @@
 """A new framework is one adapter module plus its rows: tests/toy_adapter.py adds tests/toyarray.py
-(a DLPack producer and consumer over NumPy) through ``dlbridge._register.register``, and it then
+(a DLPack producer and consumer over NumPy) through ``dlbridge._adapters._register.register``, and it then
 converts to and from NumPy and torch like the built-in frameworks, decided by its rows. Registration
 lasts for the process, so those tests run in a child pytest. An adapter that leaves out part of the
 interface fails when it is made (at import of the adapter table), naming what is missing."""
@@ -31,7 +31,7 @@ def isolated(test: Any) -> Any:
 def to_toy() -> Any:
     if not IN_CHILD:
         return None  # the tests using it run in a child (isolated): this process registers nothing
-    from dlbridge._register import register
+    from dlbridge._adapters._register import register
     from tests.toy_adapter import ROWS, ToyAdapter
 
     return register(ToyAdapter(), ROWS)
@@ -85,7 +85,7 @@ def test_the_rows_decide_what_the_toy_takes(to_toy: Any) -> None:
 
 @isolated
 def test_register_refuses_taken_names_and_foreign_rows(to_toy: Any) -> None:
-    from dlbridge._register import register
+    from dlbridge._adapters._register import register
     from dlbridge._rows import row
     from tests.toy_adapter import ToyAdapter
 

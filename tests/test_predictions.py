@@ -10,10 +10,10 @@ import pytest
 
 import dlbridge
 from dlbridge._adapters import ADAPTERS
-from dlbridge._capsule import DLPackInfo
-from dlbridge._devices import home_of
+from dlbridge._capsule._read import DLPackInfo
 from dlbridge._errors import ReadOnlyError
-from dlbridge._handoff import decide, readonly_refusal
+from dlbridge._pipeline._devices import home_of
+from dlbridge._pipeline._handoff import decide, readonly_refusal
 from dlbridge._report._cases import DEVICE_CODE
 from dlbridge._report._model import Cell, caps_entry, predict, predict_layout
 from tests._arrays import FRAMEWORKS, cpu_array, reference

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from dlbridge import _accelerator, _capsule_probe
+from dlbridge import _accelerator
+from dlbridge._capsule import _probe as _capsule_probe
 from tests.ctypes_producer import CtypesArray
 
 pytestmark = pytest.mark.skipif(_accelerator.accel is None, reason="the compiled module is not in use")

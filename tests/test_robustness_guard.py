@@ -18,7 +18,7 @@ array argument's framework with their logical dtype and exact bits (a body's cop
 comes back as the real dtype), an argument handed back is the caller's own object, containers keep
 their type, ``returns=None`` leaves the results alone; ``copy=True`` arguments and results share no
 memory with the converted inputs, ``copy=False`` arguments are never copies; the caller's arrays
-keep their dtype to later conversions; and no view dtype records (``dlbridge._logical``) outlive a
+keep their dtype to later conversions; and no view dtype records (``dlbridge._pipeline._logical``) outlive a
 call. Like test_robustness_options.py, the properties run in a child pytest.
 
 With ``args=``, "the first array argument" is the first selected one in parameter order (without
@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 
 import dlbridge
-from dlbridge._logical import _entries
+from dlbridge._pipeline._logical import _entries
 from tests._guard_sources import (
     FP4,
     PATHS,

@@ -194,7 +194,7 @@ def test_leak_soak_rss_flat(steps: int) -> None:
     for i in range(300):  # warm-up: JAX compiles, allocator pools fill, caches settle
         _soak_step(i)
     gc.collect()
-    from dlbridge import _logical
+    from dlbridge._pipeline import _logical as _logical
 
     before, objects_before, live_before = _rss(), len(gc.get_objects()), live_exports()
     views_before = len(_logical._entries)

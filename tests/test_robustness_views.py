@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import dlbridge
-from dlbridge import _logical
+from dlbridge._pipeline import _logical as _logical
 from tests._arrays import np_dtype
 from tests.conftest import need, option_model_gap
 

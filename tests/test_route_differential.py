@@ -41,12 +41,13 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge import _options, _route
+from dlbridge import _options
 from dlbridge._accelerator import accel
 from dlbridge._adapters import ADAPTERS, adapter_for
-from dlbridge._convert import _convert
 from dlbridge._errors import DLBridgeError
 from dlbridge._options import NOT_GIVEN, resolve_fallback
+from dlbridge._pipeline._convert import _convert
+from dlbridge._route import _replay as _route
 from tests._route_helpers import ptr
 from tests.conftest import need
 

@@ -25,7 +25,9 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge import _accelerator, _route, _route_records
+from dlbridge import _accelerator
+from dlbridge._route import _records as _route_records
+from dlbridge._route import _replay as _route
 from tests.conftest import need
 
 pytestmark = pytest.mark.isolated

@@ -156,7 +156,7 @@ def test_cupy14_cannot_export_float8_views(sim):
 
 
 def test_torch_device_without_index_is_the_current_device(sim):
-    from dlbridge._devices import parse_device
+    from dlbridge._pipeline._devices import parse_device
 
     sim.torch()
     sim.state.current_device = 1
@@ -176,7 +176,7 @@ def test_torch_device_without_index_keeps_a_cuda1_array_in_place(sim):
 
 
 def test_jax_device_objects_map_by_local_hardware_id(sim):
-    from dlbridge._devices import parse_device
+    from dlbridge._pipeline._devices import parse_device
 
     gpu = sim.jax(ids=[(0, 1), (1, 0)])  # JAX's id 0 is CUDA ordinal 1
     assert parse_device(gpu.devices[0], (2, 0)) == (2, 1)

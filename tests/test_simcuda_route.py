@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge import _convert
 from dlbridge._errors import DLBridgeError
+from dlbridge._pipeline import _convert as _convert
 from tests.simcuda import exact
 from tests.simcuda.harness import Sim, modelled_stack
 
@@ -158,7 +158,7 @@ def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipe
     x = exact.cuda_tensor(base.t() if state == "strided" else base)
     if state == "requires_grad":
         x.requires_grad_(True)
-    from dlbridge import _route_gpu
+    from dlbridge._route import _gpu as _route_gpu
 
     dlbridge.to_cupy(exact.cuda_tensor(torch.arange(4.0)))  # the route learns torch.Tensor and CuPy's state
     real, made = _route_gpu.export, []

@@ -73,7 +73,7 @@ def test_torch_exchange_api_stream_query():
     # torch >= 2.10's DLPackExchangeAPI.current_work_stream, called as the route's GPU half calls it:
     # on this CPU-only build the CPU has no stream (NULL) and CUDA answers NULL too (no CUDA runtime).
     torch = need("torch")
-    from dlbridge._exchange import current_work_stream, is_exchange_api
+    from dlbridge._capsule._exchange import current_work_stream, is_exchange_api
 
     api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
     if not is_exchange_api(api):
@@ -98,4 +98,4 @@ def test_torch_without_cuda_cannot_name_a_cuda_stream():
     with pytest.raises(Exception):  # noqa: B017 - torch's own error ("Torch not compiled with CUDA enabled", ...)
         ADAPTERS["torch"].current_stream((2, 0))
     with pytest.raises(dlbridge.DeviceMismatchError):
-        dlbridge._devices.stream_for(None, ADAPTERS["torch"], (2, 0))
+        dlbridge._pipeline._devices.stream_for(None, ADAPTERS["torch"], (2, 0))

@@ -137,7 +137,7 @@ def test_scanner_sees_code_not_comments() -> None:
 def test_messages_ask_the_adapter_table() -> None:
     import dlbridge
     from dlbridge._adapters import HOST
-    from dlbridge._guard_messages import usage
+    from dlbridge._guard._messages import usage
     from dlbridge._report._markdown import LEGEND
 
     with pytest.raises(dlbridge.NotAnArrayError, match=r"\(e\.g\. numpy\.asarray\)$"):

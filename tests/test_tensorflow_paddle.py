@@ -121,7 +121,7 @@ def ptr(framework: str, arr: Any) -> int:
     if framework == "tensorflow":
         import tensorflow as tf
 
-        from dlbridge._capsule import read
+        from dlbridge._capsule._read import read
 
         return read(tf.experimental.dlpack.to_dlpack(arr)).data_ptr  # TF exposes no pointer
     if framework == "paddle":

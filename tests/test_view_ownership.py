@@ -14,7 +14,7 @@ import gc
 import pytest
 
 import dlbridge
-from dlbridge import _logical
+from dlbridge._pipeline import _logical as _logical
 from tests._arrays import np_dtype
 from tests.conftest import caps_of, need
 from tests.ctypes_producer import CtypesArray
@@ -186,7 +186,7 @@ def _strided_fp4_producer() -> CtypesArray:
 
 
 def test_unknown_producers_non_compact_fp4x2_into_jax_is_repacked_under_fallback_raise() -> None:
-    # JAX's own fp4 (dlbridge._subbyte): the pairs' values, one each, a copy
+    # JAX's own fp4 (dlbridge._pipeline._subbyte): the pairs' values, one each, a copy
     if "float4_e2m1fn" not in dlbridge.capabilities("jax").holds:
         pytest.skip("this JAX holds no float4_e2m1fn (JAX >= 0.5.3 with ml_dtypes >= 0.5.1)")
     codes = [1, 1, 3, 1, 5, 1, 7, 1]  # bytes 0x11, 0x13, 0x15, 0x17: value 2i in the low nibble

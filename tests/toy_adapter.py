@@ -1,5 +1,5 @@
 """The adapter for tests/toyarray.py: what a new framework needs, and nothing else (one adapter
-module and its rows; ``dlbridge._register.register`` adds both for the process)."""
+module and its rows; ``dlbridge._adapters._register.register`` adds both for the process)."""
 
 from __future__ import annotations
 

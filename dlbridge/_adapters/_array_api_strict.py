@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._carriers import Carrier
+from .._capsule._carriers import Carrier
 from ._base import Adapter, Prober, export_capsule
 
 

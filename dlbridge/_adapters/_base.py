@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._capabilities import Capabilities, capabilities
-from .._carriers import Carrier
+from .._capsule._carriers import Carrier
 from .._errors import DLBridgeError, MissingFrameworkError
 from ._probe import Prober
 from ._support import AsIs, FastExport, distribution_version, export_capsule, findable, import_framework

@@ -5,8 +5,8 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from .._capabilities import Capabilities
-from .._capsule import GPU_CODES
-from .._capsule_edit import relabel
+from .._capsule._edit import relabel
+from .._capsule._read import GPU_CODES
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
 from ._base import Adapter, FastExport, Prober, export_capsule

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .._capsule import read
+from .._capsule._read import read
 from .._errors import MissingFrameworkError
 from ._base import Adapter, Prober
 

@@ -7,8 +7,8 @@ from operator import methodcaller
 from typing import Any
 
 from .._capabilities import Capabilities, installed_version
-from .._capsule import read
-from .._capsule_edit import relabel
+from .._capsule._edit import relabel
+from .._capsule._read import read
 from .._dtypes import BY_NAME
 from .._errors import MissingFrameworkError, ProducerError, UnsupportedDtypeError
 from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
@@ -230,7 +230,7 @@ class NumpyAdapter(Adapter):
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
         if obj.dtype.name == "float4_e2m1fn" and obj.dtype.type.__module__ == "ml_dtypes" and dtype is None:
-            from .._subbyte import padded_export  # one value a byte, which NumPy cannot export
+            from .._pipeline._subbyte import padded_export  # one value a byte, which NumPy cannot export
 
             return padded_export(obj)  # its bytes, labelled fp4 and flagged padded: dlbridge repacks them
         if obj.dtype.isnative:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .._capsule import read
+from .._capsule._read import read
 from .._errors import DLBridgeError, NotAnArrayError, ProducerError
 from ._base import Adapter, FastExport, Prober, export_capsule
 

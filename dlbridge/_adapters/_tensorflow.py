@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from .._capabilities import Capabilities
-from .._capsule import DLPackInfo, read
+from .._capsule._read import DLPackInfo, read
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError
 from ._base import Adapter, FastExport, Prober

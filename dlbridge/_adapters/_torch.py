@@ -7,9 +7,9 @@ from operator import methodcaller
 from typing import Any
 
 from .._capabilities import Capabilities
-from .._capsule import GPU_CODES, device_name
+from .._capsule._exchange import current_work_stream, is_exchange_api
+from .._capsule._read import GPU_CODES, device_name
 from .._errors import DLBridgeError, ProducerError
-from .._exchange import current_work_stream, is_exchange_api
 from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
 from ._numpy import aligned_copy, raw_bits
 

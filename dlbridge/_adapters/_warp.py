@@ -16,8 +16,8 @@ from functools import cached_property
 from typing import Any
 
 from .._capabilities import Capabilities
-from .._capsule import read
-from .._capsule_probe import _probe_py
+from .._capsule._probe import _probe_py
+from .._capsule._read import read
 from .._errors import LayoutError
 from ._base import Adapter, FastExport, Prober
 

@@ -65,7 +65,7 @@ typedef struct {
 #define USED_VERSIONED "used_dltensor_versioned"
 #define EXCHANGE "dlpack_exchange_api"
 
-/* --- the route's records (records.c; built by dlbridge/_route.py, read here by field) ---------- */
+/* --- the route's records (records.c; built by dlbridge/_route/_replay.py, read here by field) ---------- */
 /* A spec is a one-item list holding the target's State, replaced whole when it changes. */
 typedef struct {
     PyObject_HEAD
@@ -94,7 +94,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *finish;       /* f(imported) -> result, or None */
-    PyObject *record;       /* the decision record (dlbridge._handoff.Handoff) this route replays */
+    PyObject *record;       /* the decision record (dlbridge._pipeline._handoff.Handoff) this route replays */
     long long wire;         /* the dtype triple the consumer is handed: code | bits << 8 | lanes << 16 */
 } ReplayRecord;
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };

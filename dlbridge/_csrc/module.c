@@ -1,6 +1,6 @@
 /* dlbridge._accel: the compiled fast route. This file: the module (its globals, configure(), init).
  *
- * convert() (route.c) replays a conversion that dlbridge/_route.py has already decided: a CPU array
+ * convert() (route.c) replays a conversion that dlbridge/_route/_replay.py has already decided: a CPU array
  * of a framework's own type, dense C order, no keyword but fallback=. Everything else, and anything
  * unexpected on the way, goes to the full Python pipeline (_route._pipeline), which makes the same
  * decision with every check and message. So this code holds no framework knowledge and no error

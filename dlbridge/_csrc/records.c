@@ -1,5 +1,5 @@
 /* The route's three records: State (a consumer's state), Producer (how a type is exported) and Replay
- * (a stored route). Immutable, built by keyword (dlbridge/_route.py builds them), read by name: route.c
+ * (a stored route). Immutable, built by keyword (dlbridge/_route/_replay.py builds them), read by name: route.c
  * reads their C fields after an exact type check; Python reads the same fields as read-only members,
  * and each type's `_fields` names them in order (the pure-Python classes in _route.py have the same).
  * Integer fields are C ints, converted once here. The objects they hold never hold a record back, so

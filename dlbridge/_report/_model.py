@@ -7,11 +7,11 @@ from typing import Any
 
 from .._adapters import ADAPTERS
 from .._capabilities import Capabilities
-from .._capsule import DLPackInfo, device_name
-from .._devices import home_of
+from .._capsule._read import DLPackInfo, device_name
 from .._dtypes import BY_NAME
 from .._errors import ReadOnlyError
-from .._handoff import Handoff, decide
+from .._pipeline._devices import home_of
+from .._pipeline._handoff import Handoff, decide
 from ._cases import REPORTED
 
 __all__ = ["ATTEMPTS", "Attempt", "Cell", "Export", "Report", "RESULTS", "MODES", "predict", "predict_layout",

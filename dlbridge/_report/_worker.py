@@ -23,11 +23,11 @@ from typing import Any
 
 from .._adapters import ADAPTERS
 from .._adapters._support import findable
-from .._capsule import c_strides, read
+from .._capsule._read import c_strides, read
 from .._dtypes import BY_NAME, unsigned_of_width
 from .._errors import DLBridgeError
-from .._export import inspect
 from .._options import NOT_GIVEN
+from .._pipeline._export import inspect
 from ._cases import (
     DEVICE_CODE,
     LAYOUT_DTYPE,
@@ -125,7 +125,7 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
     fallback = "view" if task["attempt"] == "view" else NOT_GIVEN
     record = explain(src, consumer, fallback=fallback)
     mode = "raise" if record.error else "copy" if record.move else record.plan.mode if record.plan else "raise"
-    if record.fp4 is not None:  # fp4 in another layout (dlbridge._subbyte): relabelled, or a repacked copy
+    if record.fp4 is not None:  # fp4 in another layout (dlbridge._pipeline._subbyte): relabelled, or a repacked copy
         mode = "copy" if record.fp4 == "repack" else "reinterpret"
     elif record.keep:
         mode = "native"

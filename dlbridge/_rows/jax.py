@@ -59,7 +59,7 @@ ROWS: tuple[Row, ...] = (
         requires=ML_DTYPES_FP4,
         source="probe 2026-11-25 (jax 0.10.2, ml_dtypes 0.6.0): jax.device_put of an ml_dtypes float4_e2m1fn array "
         "keeps its values; its capsule (17, 4, 1) holds them packed two a byte, value 2i in the low nibble, C order "
-        "over the whole array (dlbridge hands it over repacked or relabelled, see dlbridge._subbyte)",
+        "over the whole array (dlbridge hands it over repacked or relabelled, see dlbridge._pipeline._subbyte)",
     ),
     row(
         "jax",

@@ -30,7 +30,7 @@ ROWS: tuple[Row, ...] = (
         requires=ML_DTYPES_FP4,
         source="ml_dtypes CHANGELOG 0.5.0/0.5.1: float4_e2m1fn (sign bit fixed in 0.5.1), one value a byte; "
         "probe 2026-11-25 (numpy 2.4.6, ml_dtypes 0.6.0: itemsize 1, codes 0-15 decode as the OCP MX E2M1 values); "
-        "NumPy cannot export it (dlbridge repacks it, see dlbridge._subbyte)",
+        "NumPy cannot export it (dlbridge repacks it, see dlbridge._pipeline._subbyte)",
     ),
     row(
         "numpy",
@@ -39,7 +39,7 @@ ROWS: tuple[Row, ...] = (
         source="numpy/_core/src/multiarray/dlpack.c refuses dtypes other than ints, floats and complex; probe "
         "2026-11-25 (numpy 2.4.6, ml_dtypes 0.6.0: 'DLPack only supports signed/unsigned integers, float and complex "
         "dtypes'); dlbridge exports ml_dtypes' full-width kinds as relabelled uints, and fp4 (one value a byte, "
-        "not DLPack's packed default) through dlbridge._subbyte",
+        "not DLPack's packed default) through dlbridge._pipeline._subbyte",
     ),
     row("numpy", "versioned_capsules", since="2.1", source="NumPy 2.1.0 release notes: DLPack 1.0 (max_version)"),
     row(

@@ -36,8 +36,8 @@ def modelled_stack() -> tuple[Any, Any]:
 
 class Sim:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from dlbridge import _route
         from dlbridge._adapters import ADAPTERS
+        from dlbridge._route import _replay as _route
 
         self.mp = monkeypatch
         core.reset()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._adapters import Adapter
-from ._capsule import DLPackInfo
-from ._errors import LayoutError
+from .._adapters import Adapter
+from .._capsule._read import DLPackInfo
+from .._errors import LayoutError
 
 __all__ = ["check_copy_size", "copied", "size_text"]
 

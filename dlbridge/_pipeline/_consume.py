@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._adapters import Adapter
+from .._capabilities import Capabilities
+from .._capsule._edit import restore, rewrite, set_c_strides
+from .._capsule._read import DLPackInfo, c_strides
+from .._dtypes import BY_NAME, decode_table
+from .._errors import CapsuleError, LayoutError
 from . import _logical
-from ._adapters import Adapter
-from ._capabilities import Capabilities
-from ._capsule import DLPackInfo, c_strides
-from ._capsule_edit import restore, rewrite, set_c_strides
-from ._dtypes import BY_NAME, decode_table
-from ._errors import CapsuleError, LayoutError
 from ._export import inspect
 from ._handoff import Handoff
 from ._plan import Plan

@@ -7,7 +7,7 @@ from collections.abc import Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._guard_call import _Call, _Spec
+    from ._call import _Call, _Spec
 
 __all__ = ["converted_generator", "converted_coroutine"]
 

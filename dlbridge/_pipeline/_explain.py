@@ -12,14 +12,14 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
-from ._adapters import adapter_named, producer_name
-from ._capsule import CapsuleType, device_name, read
+from .._adapters import adapter_named, producer_name
+from .._capsule._read import CapsuleType, device_name, read
+from .._errors import DLBridgeError, OptionError
+from .._options import NOT_GIVEN, resolve_fallback
 from ._convert import decide_stage
 from ._devices import check_device
-from ._errors import DLBridgeError, OptionError
 from ._export import MAX_VERSION, export
 from ._handoff import Handoff, decide, refused
-from ._options import NOT_GIVEN, resolve_fallback
 
 __all__ = ["explain"]
 

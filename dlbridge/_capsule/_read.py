@@ -16,8 +16,8 @@ from functools import lru_cache
 from math import prod
 from typing import Any, NoReturn
 
-from ._dtypes import BY_TRIPLE, dtype_name
-from ._errors import CapsuleError
+from .._dtypes import BY_TRIPLE, dtype_name
+from .._errors import CapsuleError
 
 __all__ = ["DLPackInfo", "CapsuleType", "read", "c_strides", "GPU_CODES", "DEVICE_ALIASES", "DEVICE_CODES",
            "alias_device", "device_name"]  # fmt: skip

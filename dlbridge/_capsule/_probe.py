@@ -7,8 +7,8 @@ import ctypes
 import struct
 from collections.abc import Callable
 
-from ._accelerator import accel
-from ._capsule import (
+from .._accelerator import accel
+from ._read import (
     _HEAD_STRUCT,
     _INT64_READERS,
     _TYPE_PROBE_NAME,

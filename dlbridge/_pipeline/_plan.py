@@ -9,12 +9,12 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, NamedTuple
 
-from ._adapters import ADAPTERS
-from ._capabilities import Capabilities, missing_requirements
-from ._capsule import DLPackInfo
-from ._dtypes import BY_NAME, DType, decode_table, lookup, unsigned_of_width
-from ._errors import OptionError, UnsupportedDtypeError
-from ._options import Fallback
+from .._adapters import ADAPTERS
+from .._capabilities import Capabilities, missing_requirements
+from .._capsule._read import DLPackInfo
+from .._dtypes import BY_NAME, DType, decode_table, lookup, unsigned_of_width
+from .._errors import OptionError, UnsupportedDtypeError
+from .._options import Fallback
 
 __all__ = ["Plan", "plan_for", "native_plan", "recalled_fallback"]
 

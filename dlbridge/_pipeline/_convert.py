@@ -16,9 +16,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from . import _logical
-from . import _subbyte as subbyte
-from ._adapters import (
+from .._adapters import (
     HOST,
     Adapter,
     AsIs,
@@ -27,14 +25,12 @@ from ._adapters import (
     producer_name,
     symbolic_error,
 )
-from ._capabilities import Capabilities
-from ._capsule import GPU_CODES, CapsuleType, DLPackInfo, alias_device, device_name, read
-from ._capsule_edit import relabel_device
-from ._carriers import DeferredCarrier
-from ._consume import import_capsule, imported, ready
-from ._devices import check_device, device_of, home_of, host_device, parse_device, stream_for
-from ._dtypes import BY_NAME, unsigned_of_width
-from ._errors import (
+from .._capabilities import Capabilities
+from .._capsule._carriers import DeferredCarrier
+from .._capsule._edit import relabel_device
+from .._capsule._read import GPU_CODES, CapsuleType, DLPackInfo, alias_device, device_name, read
+from .._dtypes import BY_NAME, unsigned_of_width
+from .._errors import (
     CapsuleError,
     DeviceMismatchError,
     DLBridgeError,
@@ -42,11 +38,15 @@ from ._errors import (
     NotAnArrayError,
     OptionError,
 )
+from .._options import NOT_GIVEN, Fallback, resolve_fallback
+from . import _logical
+from . import _subbyte as subbyte
+from ._consume import import_capsule, imported, ready
+from ._devices import check_device, device_of, home_of, host_device, parse_device, stream_for
 from ._export import MAX_VERSION, export, inspect
 from ._handoff import Handoff, decide
 from ._logical import _entries as _views  # mutated in place, never rebound
 from ._moves import move, plan_move
-from ._options import NOT_GIVEN, Fallback, resolve_fallback
 from ._plan import recalled_fallback
 from ._sizes import check_copy_size, size_text
 

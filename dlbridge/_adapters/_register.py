@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import _adapters, _api, _capabilities, _route
-from ._adapters import ADAPTERS, Adapter
-from ._dtypes import BY_NAME
-from ._errors import OptionError
-from ._rows import KINDS, Row
+from .. import _adapters, _api, _capabilities
+from .._dtypes import BY_NAME
+from .._errors import OptionError
+from .._route import _replay as _route
+from .._rows import KINDS, Row
+from . import ADAPTERS, Adapter
 
 __all__ = ["register"]
 

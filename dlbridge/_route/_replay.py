@@ -37,21 +37,21 @@ from functools import partial
 from math import prod
 from typing import Any, NamedTuple
 
-from . import _logical
-from . import _route_gpu as gpu
-from ._accelerator import accel
-from ._adapters import ADAPTERS, Adapter, adapter_for
-from ._capabilities import Capabilities
-from ._capsule import GPU_CODES, DLPackInfo, c_strides, device_name
-from ._capsule_edit import relabel_triple, restore_triple
-from ._capsule_probe import probe
-from ._carriers import Carrier
-from ._convert import _convert
-from ._dtypes import BY_NAME, BY_TRIPLE
-from ._exchange import export_exchange
-from ._handoff import decide
-from ._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
-from ._route_records import (  # noqa: F401  (_Py*: the pure-Python records, also where compiled ones are used)
+from .._accelerator import accel
+from .._adapters import ADAPTERS, Adapter, adapter_for
+from .._capabilities import Capabilities
+from .._capsule._carriers import Carrier
+from .._capsule._edit import relabel_triple, restore_triple
+from .._capsule._exchange import export_exchange
+from .._capsule._probe import probe
+from .._capsule._read import GPU_CODES, DLPackInfo, c_strides, device_name
+from .._dtypes import BY_NAME, BY_TRIPLE
+from .._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
+from .._pipeline import _logical
+from .._pipeline._convert import _convert
+from .._pipeline._handoff import decide
+from . import _gpu as gpu
+from ._records import (  # noqa: F401  (_Py*: the pure-Python records, also where compiled ones are used)
     EXPORT_EXCHANGE,
     EXPORT_FUNCTION,
     EXPORT_METHOD,

@@ -15,12 +15,12 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Sequ
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
-from ._adapters import ADAPTERS, adapter_named
-from ._errors import OptionError
-from ._guard_call import _Spec
-from ._guard_kinds import converted_coroutine, converted_generator
-from ._guard_messages import describe, usage
-from ._options import NOT_GIVEN, Fallback, _NotGiven, check_fallback
+from .._adapters import ADAPTERS, adapter_named
+from .._errors import OptionError
+from .._options import NOT_GIVEN, Fallback, _NotGiven, check_fallback
+from ._call import _Spec
+from ._kinds import converted_coroutine, converted_generator
+from ._messages import describe, usage
 
 _R = TypeVar("_R")
 _T = TypeVar("_T")

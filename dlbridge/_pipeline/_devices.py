@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._adapters import ADAPTERS, Adapter, producer_error
-from ._capsule import DEVICE_ALIASES, DEVICE_CODES, GPU_CODES, DLPackInfo, alias_device, device_name
-from ._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
+from .._adapters import ADAPTERS, Adapter, producer_error
+from .._capsule._read import DEVICE_ALIASES, DEVICE_CODES, GPU_CODES, DLPackInfo, alias_device, device_name
+from .._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
 
 __all__ = ["device_of", "check_device", "home_of", "parse_device", "host_device", "stream_for"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from ._capsule import SUPPORTED_MAJOR, VERSIONED, CapsuleType, _api, _get_name, _get_pointer, _new_capsule, _null
-from ._errors import CapsuleError
+from .._errors import CapsuleError
+from ._read import SUPPORTED_MAJOR, VERSIONED, CapsuleType, _api, _get_name, _get_pointer, _new_capsule, _null
 
 __all__ = ["is_exchange_api", "export_exchange", "current_work_stream"]
 

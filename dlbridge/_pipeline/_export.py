@@ -11,10 +11,10 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
-from ._adapters import Adapter, adapter_for, export_capsule, producer_error, producer_name
-from ._capsule import GPU_CODES, CapsuleType, DLPackInfo, read
+from .._adapters import Adapter, adapter_for, export_capsule, producer_error, producer_name
+from .._capsule._read import GPU_CODES, CapsuleType, DLPackInfo, read
+from .._errors import CapsuleError, DLBridgeError, NotAnArrayError, ReadOnlyError
 from ._devices import check_device, device_of
-from ._errors import CapsuleError, DLBridgeError, NotAnArrayError, ReadOnlyError
 from ._handoff import readonly_refusal
 
 __all__ = ["MAX_VERSION", "export", "inspect"]

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._adapters import Adapter
-from ._capsule import GPU_CODES
-from ._route_records import guards_hold
+from .._adapters import Adapter
+from .._capsule._read import GPU_CODES
+from ._records import guards_hold
 
 __all__ = ["export", "note"]
 

@@ -22,7 +22,7 @@ import threading
 import weakref
 from typing import Any, NamedTuple
 
-from ._capsule import DLPackInfo
+from .._capsule._read import DLPackInfo
 
 __all__ = ["remember", "recall"]
 

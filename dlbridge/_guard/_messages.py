@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from ._convert import inspect
-from ._errors import DLBridgeError
+from .._errors import DLBridgeError
+from .._pipeline._convert import inspect
 
 if TYPE_CHECKING:
-    from ._guard_call import _Spec
+    from ._call import _Spec
 
 __all__ = ["in_context", "call_head", "describe", "usage"]
 
@@ -44,7 +44,7 @@ def call_head(spec: _Spec, where: tuple[Any, ...]) -> str:
 
 def usage(to: object) -> str:
     """Why ``guard(to)`` is not a target framework, and how the decorator is written."""
-    from ._adapters import ADAPTERS
+    from .._adapters import ADAPTERS
 
     names = ", ".join(sorted(ADAPTERS))
     example = next(iter(ADAPTERS))  # the table's first framework

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._accelerator import accel
-from ._errors import CapsuleError
+from .._accelerator import accel
+from .._errors import CapsuleError
 
 __all__ = ["Carrier", "DeferredCarrier"]
 

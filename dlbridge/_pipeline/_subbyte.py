@@ -26,9 +26,10 @@ from dataclasses import replace
 from math import prod
 from typing import Any
 
-from ._adapters import HOST, Adapter, export_capsule
-from ._capabilities import Capabilities
-from ._capsule import (
+from .._adapters import HOST, Adapter, export_capsule
+from .._capabilities import Capabilities
+from .._capsule._edit import rewrite
+from .._capsule._read import (
     _OFF_VERSIONED_FLAGS,
     _OFF_VERSIONED_TENSOR,
     VERSIONED,
@@ -38,10 +39,9 @@ from ._capsule import (
     _tensor_address,
     c_strides,
 )
-from ._capsule_edit import rewrite
-from ._dtypes import BY_NAME
-from ._errors import DLBridgeError, LayoutError
-from ._options import Fallback
+from .._dtypes import BY_NAME
+from .._errors import DLBridgeError, LayoutError
+from .._options import Fallback
 
 __all__ = ["FP4", "PAIRS", "FLAG_PADDED", "plan", "run", "padded_export", "handles_fp4", "pack", "padded_capsule",
            "unpack"]  # fmt: skip

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._adapters import adapter_for
-from ._devices import device_of
-from ._errors import DLBridgeError
+from .._adapters import adapter_for
+from .._errors import DLBridgeError
+from .._pipeline._devices import device_of
 
 __all__ = ["CONTAINERS", "map_items", "opaque", "holds_array", "unchanged", "layout", "device_or_unknown"]
 

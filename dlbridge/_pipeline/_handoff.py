@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from ._adapters import ADAPTERS, HOST, Adapter
-from ._capabilities import Capabilities
-from ._capsule import DLPackInfo, c_strides, device_name
-from ._errors import (
+from .._adapters import ADAPTERS, HOST, Adapter
+from .._capabilities import Capabilities
+from .._capsule._read import DLPackInfo, c_strides, device_name
+from .._errors import (
     CapsuleError,
     DLBridgeError,
     LayoutError,
@@ -29,7 +29,7 @@ from ._errors import (
     ReadOnlyError,
     UnsupportedDtypeError,
 )
-from ._options import Fallback
+from .._options import Fallback
 from ._plan import Plan, native_plan, plan_for
 from ._subbyte import FLAG_PADDED
 from ._subbyte import plan as subbyte_plan
@@ -221,7 +221,7 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
             return Handoff(who, target.name, info, ReadOnlyError, readonly_refusal(info.describe(), True, fix))
     # fp4 the consumer does not import as it is: another dtype (pairs), or one value a byte (a padded
     # capsule, which a consumer importing float4_e2m1fn would read as two values a byte)
-    if info.code == 17 and dtype is None:  # fp4 the consumer does not import as it is (dlbridge._subbyte)
+    if info.code == 17 and dtype is None:  # fp4 the consumer does not import as it is (dlbridge._pipeline._subbyte)
         fp4 = _fp4(info, target, caps, fallback, copy, source, raw, who)
         if fp4 is not None:
             return fp4

@@ -9,11 +9,10 @@ from collections.abc import Callable, Sequence
 from types import CoroutineType, GeneratorType
 from typing import Any
 
-from ._adapters import Adapter, adapter_for
-from ._capsule import DEVICE_ALIASES, alias_device, device_name
-from ._convert import run_stages
-from ._dtypes import BY_NAME, DType, dtype_name, lookup
-from ._errors import (
+from .._adapters import Adapter, adapter_for
+from .._capsule._read import DEVICE_ALIASES, alias_device, device_name
+from .._dtypes import BY_NAME, DType, dtype_name, lookup
+from .._errors import (
     CapsuleError,
     DeviceMismatchError,
     DLBridgeError,
@@ -23,15 +22,16 @@ from ._errors import (
     ReadOnlyError,
     UnsupportedDtypeError,
 )
-from ._explain import explain
-from ._guard_kinds import converted_coroutine, converted_generator
-from ._guard_messages import call_head, describe, in_context
-from ._guard_values import CONTAINERS as _CONTAINERS
-from ._guard_values import device_or_unknown, holds_array, layout, map_items, opaque, unchanged
-from ._handoff import Handoff
-from ._options import NOT_GIVEN, Fallback, resolve_fallback
-from ._route import SPECS
-from ._route import convert as route
+from .._options import NOT_GIVEN, Fallback, resolve_fallback
+from .._pipeline._convert import run_stages
+from .._pipeline._explain import explain
+from .._pipeline._handoff import Handoff
+from .._route._replay import SPECS
+from .._route._replay import convert as route
+from ._kinds import converted_coroutine, converted_generator
+from ._messages import call_head, describe, in_context
+from ._values import CONTAINERS as _CONTAINERS
+from ._values import device_or_unknown, holds_array, layout, map_items, opaque, unchanged
 
 __all__ = ["_Spec", "_Call"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from ._accelerator import accel
+from .._accelerator import accel
 
 __all__ = ["State", "Producer", "Replay", "guards_hold", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE", "EXPORT_METHOD",
            "EXPORT_EXCHANGE", "EXPORT_FUNCTION", "EXPORT_METHOD_LEGACY"]  # fmt: skip

@@ -10,16 +10,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from .._adapters import HOST, Adapter, producer_name
+from .._capsule._read import GPU_CODES, CapsuleType, DLPackInfo, device_name
+from .._dtypes import BY_NAME, unsigned_of_width
+from .._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
+from .._options import Fallback
 from . import _convert as pipeline  # the pipeline (it imports this module: read at call time)
-from ._adapters import HOST, Adapter, producer_name
-from ._capsule import GPU_CODES, CapsuleType, DLPackInfo, device_name
 from ._consume import finish
 from ._devices import device_of
-from ._dtypes import BY_NAME, unsigned_of_width
-from ._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
 from ._export import MAX_VERSION, inspect
 from ._handoff import Handoff, Move, decide, dense_info
-from ._options import Fallback
 from ._plan import Plan, plan_for
 
 __all__ = ["plan_move", "move"]

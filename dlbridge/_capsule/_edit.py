@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ctypes
 
-from ._capsule import (
+from .._dtypes import DType
+from ._read import (
     _OFF_VERSIONED_FLAGS,
     _OFF_VERSIONED_TENSOR,
     FLAG_READ_ONLY,
@@ -17,7 +18,6 @@ from ._capsule import (
     _tensor_address,
     c_strides,
 )
-from ._dtypes import DType
 
 __all__ = ["relabel", "relabel_device", "set_c_strides", "rewrite", "restore", "relabel_triple", "restore_triple"]
 

@@ -1,0 +1,1 @@
+"""DLPack capsules: reading, probing, editing, the exchange API and carriers."""

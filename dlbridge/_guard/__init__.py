@@ -1,0 +1,1 @@
+"""``@dlbridge.guard``: mixed-framework functions."""

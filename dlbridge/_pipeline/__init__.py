@@ -1,0 +1,1 @@
+"""The conversion pipeline: decide, then run (export, move, dense copy, import)."""

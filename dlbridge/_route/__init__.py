@@ -1,0 +1,1 @@
+"""The fast route: replays a decision the pipeline made."""
