@@ -16,6 +16,7 @@ setup(
                 "dlbridge/_csrc/route.c",
                 "dlbridge/_csrc/capsules.c",
                 "dlbridge/_csrc/objects.c",
+                "dlbridge/_csrc/carrier.c",
                 "dlbridge/_csrc/records.c",
             ],
             depends=["dlbridge/_csrc/accel.h"],

@@ -232,3 +232,96 @@ def test_size_scanners_see_long_functions() -> None:
     tree = ast.parse(f"def f():\n{body}\n")
     node = tree.body[0]
     assert isinstance(node, ast.FunctionDef) and (node.end_lineno or 0) - node.lineno + 1 > MAX_FUNCTION_LINES
+
+
+# --- one place per rule: the capsule layer and the route's record ------------------------------------
+
+_LAYOUT_MODULE = PACKAGE / "_capsule" / "_layout.py"
+
+
+def _code_of(path: Path) -> str:
+    """``path``'s code without comments and docstrings (strings that are code stay)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def test_the_dltensor_layout_is_declared_once() -> None:
+    """Python: one module declares DLPack's structs (``_capsule/_layout.py``: ctypes structures, the struct
+    formats derived from them); C: one header (``accel.h``). Elsewhere they are imported, never re-declared."""
+    twice = []
+    for path in _python_modules():
+        code = _code_of(path)
+        if path != _LAYOUT_MODULE and ("'byte_offset', ctypes" in code or re.search(r"Struct\('@[^']*(iiiBBH|IIPPQ)", code)):
+            twice.append(str(path.relative_to(PACKAGE)))
+    for path in (PACKAGE / "_csrc").glob("*.c"):
+        if re.search(r"typedef struct[^;]*byte_offset", path.read_text(encoding="utf-8"), re.S):
+            twice.append(path.name)
+    assert not twice, f"DLPack's struct layout declared again in {twice}: import it from _capsule/_layout.py"
+    assert "'byte_offset', ctypes" in _code_of(_LAYOUT_MODULE)  # the scanner sees the declaration it looks for
+
+
+def test_capsules_are_read_in_one_place() -> None:
+    """Capsule bytes are read by the capsule reader (``_capsule/_probe.py``) and its compiled twin
+    (``capsules.c``'s ``view_capsule``); ``_read`` only diagnoses what the reader refuses, ``_edit`` writes."""
+    readers = []
+    for path in _python_modules():
+        if "TENSOR_STRUCT" in _code_of(path) or "MANAGED_STRUCT" in _code_of(path):
+            readers.append(path.relative_to(PACKAGE).as_posix())
+    assert sorted(readers) == ["_capsule/_layout.py", "_capsule/_probe.py"], readers
+    c_readers = [p.name for p in (PACKAGE / "_csrc").glob("*.c") if "->dl_tensor" in p.read_text(encoding="utf-8")]
+    assert sorted(c_readers) == ["capsules.c", "route.c"], c_readers  # route.c: an exchange export's own tensor
+    route_c = (PACKAGE / "_csrc" / "route.c").read_text(encoding="utf-8")
+    assert "view_capsule(" in route_c and "PyCapsule_GetPointer(c->capsule, LEGACY)" not in route_c
+
+
+# Admission fields: what a capsule must say for a stored route to replay its record (decide's Admission).
+_ADMISSION_FIELDS = ("triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align")
+# Capability fields and adapter rules the route would re-derive a decision from, were it to read them.
+_RULES = ("readonly_arrays", "offset_needs_strides", "import_alignment", "copies_unaligned", "c_strides",
+          "row_major_only", "needs_dense")  # fmt: skip
+
+
+def test_the_route_replays_its_record_and_decides_nothing() -> None:
+    """Both routes compare a capsule's facts with the Replay's admission fields (read from the record
+    ``decide`` made) and read no capability rule themselves."""
+    for path in (PACKAGE / "_route").glob("*.py"):
+        code = _code_of(path)
+        found = [rule for rule in _RULES if re.search(rf"\b{rule}\b", code)]
+        assert not found, f"{path.name} reads {found}: decide() makes that decision (Handoff.admits)"
+    replay_py = _code_of(PACKAGE / "_route" / "_replay.py")
+    missing = [f for f in _ADMISSION_FIELDS if f"replay.{f}" not in replay_py]
+    assert not missing, f"the Python route does not compare the admission's {missing}"
+    route_c = (PACKAGE / "_csrc" / "route.c").read_text(encoding="utf-8")
+    missing = [f for f in _ADMISSION_FIELDS if f"r->{f}" not in route_c]
+    assert not missing, f"the compiled route does not compare the admission's {missing}"
+    assert "state->align" not in route_c and "state->readonly_ok" not in route_c
+
+
+def test_the_route_follows_the_admission_in_its_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stored route whose record admits no capsule at that alignment is declined (the pipeline
+    converts), on whichever route is in use; with the record as decide made it, the route replays."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("torch")
+    from dlbridge._route import _replay as route
+
+    x = np.arange(16, dtype=np.float32)
+    for _ in range(3):
+        dlbridge.to_torch(x)  # learned: NumPy's Producer, torch's State, the float32 route
+    state = route.SPECS["torch"][0]
+    key, replay = next((k, r) for k, r in state.routes.items() if r is not None and r.triple == 0x1_20_02)
+    calls: list[object] = []
+    real = route._convert
+    monkeypatch.setattr(route, "_convert", lambda *a: calls.append(a) or real(*a))
+    dlbridge.to_torch(x)
+    assert calls == [], "the stored route did not replay"
+    strict = replay.record._replace(admits=replay.record.admits._replace(align=1 << 20))
+    state.routes[key] = route.Replay(record=strict, finish=replay.finish)
+    out = dlbridge.to_torch(x)
+    assert len(calls) == 1, "the route replayed a capsule its record does not admit"
+    assert out.data_ptr() == x.ctypes.data and out.dtype == __import__("torch").float32
+    state.routes[key] = replay

@@ -6,7 +6,9 @@ import ctypes
 from typing import Any
 
 from .._errors import CapsuleError
-from ._read import SUPPORTED_MAJOR, VERSIONED, CapsuleType, _api, _get_name, _get_pointer, _new_capsule, _null
+from ._abi import SUPPORTED_MAJOR, VERSIONED, CapsuleType, _api, _get_name, _get_pointer, _new_capsule
+from ._layout import VERSIONED_DELETER
+from ._read import _null
 
 __all__ = ["is_exchange_api", "export_exchange", "current_work_stream"]
 
@@ -35,14 +37,13 @@ _stream_queries: dict[int, Any] = {}
 _capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
 _capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_OFF_VERSIONED_DELETER = 16
 
 
 def _free_unconsumed(capsule: int) -> None:
     # The capsule is being destroyed (refcount 0): touched only through its address.
     if _capsule_is_valid(capsule, VERSIONED):
         managed = _capsule_pointer(capsule, VERSIONED)
-        deleter = ctypes.c_void_p.from_address(managed + _OFF_VERSIONED_DELETER).value if managed else None
+        deleter = ctypes.c_void_p.from_address(managed + VERSIONED_DELETER).value if managed else None
         if deleter:
             _Deleter(deleter)(managed)
 

@@ -7,7 +7,7 @@
  * messages: it reads what _route.py hands it (State, Producer and Replay records, records.c) and
  * declines whatever it does not recognise.
  *
- * Also: probe() (capsules.c), the capsule reader's compact form; Carrier (objects.c), a single-use
+ * Also: probe() (capsules.c), the capsule reader's Python form; Carrier (carrier.c), a single-use
  * object that hands a ready capsule to consumers that only take objects with __dlpack__; Route
  * (objects.c), the public to_<framework> functions' compiled form; State, Producer, Replay (records.c).
  *
@@ -71,6 +71,15 @@ static struct PyModuleDef accel_module = {
     PyModuleDef_HEAD_INIT, "dlbridge._accel", "dlbridge's compiled fast route", -1, accel_methods, NULL, NULL, NULL, NULL,
 };
 
+/* LAYOUT: the DLPack struct offsets as compiled (tests compare them with dlbridge/_capsule/_layout.py). */
+static int add_layout(PyObject *m) {
+    PyObject *layout = layout_offsets();
+    if (layout == NULL) return -1;
+    int rc = PyModule_AddObjectRef(m, "LAYOUT", layout);
+    Py_DECREF(layout);
+    return rc;
+}
+
 PyMODINIT_FUNC PyInit__accel(void) {
     PyObject *m = PyModule_Create(&accel_module);
     if (m == NULL) return NULL;
@@ -95,7 +104,7 @@ PyMODINIT_FUNC PyInit__accel(void) {
     g_versioned_kw = PyDict_New();
     if (g_carrier_type == NULL || g_empty == NULL || g_dunder == NULL || g_cpu == NULL || version == NULL ||
         g_versioned_kw == NULL || PyDict_SetItemString(g_versioned_kw, "max_version", version) < 0 ||
-        PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0 ||
+        PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0 || add_layout(m) < 0 ||
         PyModule_AddObjectRef(m, "Carrier", g_carrier_type) < 0) {
         Py_XDECREF(version);
         Py_DECREF(m);

@@ -239,37 +239,45 @@ static int export_x(Call *c) {
     int step = export_tensor(c, source);
     Py_DECREF(source);
     if (step != STEP_OK) return step;
-    uint64_t *flags = NULL;
-    c->versioned = 1;
+    CapsuleView view = {NULL, NULL, 1, 0, 1};
     if (c->managed != NULL) {
-        c->tensor = &c->managed->dl_tensor;
-        flags = &c->managed->flags;
-    } else {
-        c->tensor = capsule_tensor(c->capsule, &c->versioned, &flags);
+        view.tensor = &c->managed->dl_tensor;
+        view.flags = &c->managed->flags;
+    } else if (!view_capsule(c->capsule, &view)) {
+        return STEP_DECLINE; /* a capsule the reader does not describe: the pipeline says what is wrong */
     }
-    if (c->tensor == NULL) return STEP_DECLINE;
-    c->flags = flags != NULL ? *flags : 0;
+    c->tensor = view.tensor;
+    c->versioned = view.versioned;
+    c->flags = view.flags != NULL ? *view.flags : 0;
     if (forced >= 0) write_dtype(c->tensor, forced); /* our own export of x.view(d): x's dtype */
     c->triple = (long long)c->tensor->dtype.code | ((long long)c->tensor->dtype.bits << 8) |
                 ((long long)c->tensor->dtype.lanes << 16);
     return STEP_OK;
 }
 
-/* CPU device 0, a plain layout, flags and alignment the consumer takes; then the stored route. */
+/* Whether the export is a capsule the stored route's record holds for: its Admission, compared field by
+ * field (decide() made them; nothing is decided here). */
+static int admitted(const Call *c, const ReplayRecord *r) {
+    const DLTensor *t = c->tensor;
+    int layout = layout_class(t);
+    if (layout == LAYOUT_OTHER || c->triple != r->triple) return 0;
+    if (t->device.device_type != r->device_type || t->device.device_id != r->device_id) return 0;
+    if (!(r->kinds & (c->versioned ? KIND_VERSIONED : KIND_LEGACY))) return 0;
+    if (((c->flags & FLAG_READ_ONLY) && !r->readonly_ok) || (t->byte_offset && !r->offset_ok)) return 0;
+    return layout == LAYOUT_EMPTY || ((uintptr_t)t->data + t->byte_offset) % (uint64_t)r->align == 0;
+}
+
+/* The stored route for the export's (dtype, fallback, device), if its admission holds; a decline otherwise. */
 static int find_route(Call *c) {
     const DLTensor *t = c->tensor;
     if (c->versioned && !c->state->versioned) return STEP_DECLINE; /* not the capsule kind the pipeline asks for */
     /* Every decline from here on leaves the export unseen by any consumer; handed on if it is host memory
      * (a GPU capsule here was exported without the stream handshake the pipeline does). */
     c->handover = t->device.device_type == 1;
-    if (t->device.device_type != 1 || t->device.device_id != 0 || !plain_layout(t) ||
-        ((c->flags & FLAG_READ_ONLY) && !c->state->readonly_ok) || (t->byte_offset && !c->state->offset_ok))
-        return STEP_DECLINE;
-    long align = c->state->align; /* >= 1 (records.c) */
-    uint64_t size = 1;
-    for (int i = 0; i < t->ndim; i++) size *= (uint64_t)t->shape[i];
-    if (align > 1 && size && ((uintptr_t)t->data + t->byte_offset) % (uint64_t)align) return STEP_DECLINE;
-    PyObject *key = PyLong_FromLongLong(c->triple | ((long long)c->fallback << 32));
+    if (!c->handover || t->device.device_id < 0 || t->device.device_id > 0x7FFF) return STEP_DECLINE;
+    PyObject *key = PyLong_FromLongLong(c->triple | ((long long)c->fallback << 32) |
+                                        ((long long)t->device.device_type << 40) |
+                                        ((long long)t->device.device_id << 48));
     if (key == NULL) return settle();
     PyObject *replay = PyDict_GetItemWithError(c->state->routes, key); /* a dict (records.c) */
     Py_XINCREF(replay);
@@ -281,7 +289,7 @@ static int find_route(Call *c) {
         return STEP_DECLINE;
     }
     c->replay = (ReplayRecord *)replay;
-    return STEP_OK;
+    return admitted(c, c->replay) ? STEP_OK : STEP_DECLINE;
 }
 
 /* The exchange-API import: the consumer owns the tensor from here on, also if it fails. */

@@ -16,11 +16,12 @@ the moved array, as ``dense`` does for a dense copy.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._adapters import ADAPTERS, HOST, Adapter
 from .._capabilities import Capabilities
-from .._capsule._read import DLPackInfo, c_strides, device_name
+from .._capsule._read import DLPackInfo, c_strides
+from .._dtypes import BY_NAME
 from .._errors import (
     CapsuleError,
     DLBridgeError,
@@ -31,155 +32,15 @@ from .._errors import (
 )
 from .._options import Fallback
 from ._plan import Plan, native_plan, plan_for
+from ._record import Admission, Handoff, Move
 from ._subbyte import FLAG_PADDED
 from ._subbyte import plan as subbyte_plan
 
 # The CPU alignment XLA and Eigen want (bytes): consumers with ``copies_unaligned`` copy buffers off it.
 ALIGNMENT = 64
 
-__all__ = ["ALIGNMENT", "Handoff", "Move", "decide", "refused", "needs_dense", "layout_message", "dense_info",
+__all__ = ["ALIGNMENT", "Admission", "Handoff", "Move", "decide", "refused", "needs_dense", "layout_message", "dense_info",
            "readonly_refusal"]  # fmt: skip
-
-
-class Move(NamedTuple):
-    """A copy to another device before the handoff: ``by`` who ("torch", "cupy uploads", ...)."""
-
-    source: tuple[int, int]
-    destination: tuple[int, int]
-    by: str
-
-
-class Handoff(NamedTuple):
-    """One conversion, decided: its steps (``steps``, ``str()``), or the error it raises (``error``).
-
-    ``shares`` says whether the result shares the source's memory. ``then`` is the record for the
-    array a ``move`` or ``dense`` copy makes (what happens to it next); ``to_json()`` is the plain form.
-    """
-
-    source: str  # who exports: a framework's name, a producer's module, or "capsule"
-    target: str
-    given: DLPackInfo | None = None  # what the decision read (None: decided before any capsule)
-    error: type[DLBridgeError] | None = None
-    message: str = ""
-    plan: Plan | None = None  # how the dtype reaches the consumer: native, reinterpret, view, upcast
-    keep: bool = False  # the consumer gets the array itself (its own framework; autograd kept)
-    move: Move | None = None
-    dense: str | None = None  # who makes the dense copy the consumer needs
-    versioned: bool = False  # a 'dltensor_versioned' capsule is handed over (else 'dltensor')
-    drop_readonly: bool = False  # READ_ONLY cleared: the import is copied right after (copy=True)
-    c_order: bool = False  # strides rewritten as plain C order (size-1 dimensions) for the consumer
-    carrier: bool = False  # the consumer is handed an object with __dlpack__, not the bare capsule
-    deferred: bool = False  # the consumer asks for the capsule itself, with its own stream
-    writable: bool = False  # the consumer's read-only import of mutable memory made writable again
-    consumer_copies: bool = False  # the consumer copies what it imports (it never shares CPU memory)
-    copy: bool = False  # the result is copied after the import (copy=True)
-    fp4: str | None = None  # fp4 in another layout: "pairs"/"elements" relabelled, "repack" a copy (_subbyte)
-    then: Handoff | None = None
-    raised: BaseException | None = None  # the error as found on the way (its cause kept), if one was
-
-    @property
-    def shares(self) -> bool:
-        """Whether the result shares the source's memory (nothing copied on the way)."""
-        if self.error is not None or self.copy or self.move is not None or self.dense is not None:
-            return False
-        if self.fp4 is not None:
-            return self.fp4 != "repack"
-        if self.consumer_copies:
-            return False
-        return self.plan is None or self.plan.mode != "upcast"
-
-    @property
-    def native_import(self) -> bool:
-        """Whether the consumer imports the capsule as its producer made it (its dtype, layout, flags
-        and device): nothing refused, moved, made dense, relabelled, viewed, upcast or rewritten, so the
-        consumer's own ``from_dlpack`` takes it too (what the report predicts native imports by)."""
-        if self.error is not None or self.keep or self.move is not None or self.dense is not None:
-            return False
-        if self.fp4 is not None or self.c_order or self.drop_readonly:
-            return False
-        return self.plan is not None and self.plan.mode == "native"
-
-    @property
-    def steps(self) -> tuple[str, ...]:
-        if self.error is not None:
-            return (f"refuse: {self.error.__name__}: {self.message}",)
-        if self.keep:
-            return (
-                f"{self.target} gets the array itself" + (", copied" if self.copy else "") + " (nothing to hand over)",
-            )
-        steps: list[str] = []
-        if self.move is not None:
-            (src, dst), by = (_device(self.move.source), _device(self.move.destination)), self.move.by
-            steps.append(f"{by} copies it {src} → {dst}")
-        elif self.dense is not None:
-            steps.append(f"{self.source} export → {self.dense} makes the dense copy {self.target} needs")
-        if self.then is not None:
-            return (*steps, *self.then.steps)
-        if self.fp4 is not None:
-            how = {"pairs": "relabelled as float4_e2m1fn_x2 pairs (the same bytes)",
-                   "elements": "relabelled as one value a byte (the same bytes)",
-                   "repack": "repacked on the host (a copy)"}[self.fp4]  # fmt: skip
-            return (f"{self.source} export", f"fp4 {how}", f"import into {self.target}")
-        steps.append(f"{self.source} export ({'dltensor_versioned' if self.versioned else 'dltensor'})")
-        if self.drop_readonly:
-            steps.append("READ_ONLY cleared for the copy made right after")
-        if self.c_order:
-            steps.append("strides written as C order")
-        how = (
-            " (deferred: it asks with its stream)"
-            if self.deferred
-            else (" (through a carrier)" if self.carrier else "")
-        )
-        plan = self.plan
-        steps.append(f"import as {plan.wire if plan else '?'}{how}")
-        if self.consumer_copies:
-            steps[-1] += f" ({self.target} copies it)"
-        if self.writable:
-            steps.append("made writable again (the memory is mutable)")
-        if self.copy:
-            steps.append("copied (copy=True)")
-        if plan is not None and plan.mode == "reinterpret":
-            steps.append(f"zero-copy relabel as {plan.logical}")
-        elif plan is not None and plan.mode == "view":
-            steps.append(f"zero-copy {plan.wire} view (dlbridge remembers it is {plan.logical})")
-        elif plan is not None and plan.mode == "upcast":
-            steps.append(f"float32 copy of the {plan.logical} values")
-        return tuple(steps)
-
-    def __str__(self) -> str:
-        return " → ".join(self.steps)
-
-    def raise_error(self) -> None:
-        """Raise the refusal, if the record is one (the exception found on the way, cause and all)."""
-        if self.raised is not None:
-            raise self.raised
-        if self.error is not None:
-            raise self.error(self.message)
-
-    def to_json(self) -> dict[str, Any]:
-        """The record as plain data (JSON-serialisable)."""
-        info = self.given
-        return {
-            "source": self.source,
-            "target": self.target,
-            "given": None if info is None else {
-                "dtype": info.dtype, "shape": list(info.shape), "device": list(info.device),
-                "strides": None if info.strides is None else list(info.strides), "readonly": info.readonly,
-                "versioned": info.versioned,
-            },
-            "error": None if self.error is None else self.error.__name__,
-            "message": self.message or None,
-            "mode": None if self.plan is None else self.plan.mode,
-            "logical": None if self.plan is None else self.plan.logical,
-            "wire": None if self.plan is None else self.plan.wire,
-            "shares": self.shares,
-            "steps": list(self.steps),
-            "then": None if self.then is None else self.then.to_json(),
-        }  # fmt: skip
-
-
-def _device(device: tuple[int, int]) -> str:
-    return f"{device_name(device[0])}:{device[1]}"
 
 
 def refused(source: str, target: str, err: DLBridgeError, given: DLPackInfo | None = None) -> Handoff:
@@ -240,7 +101,7 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
     producer = ADAPTERS.get(info.producer or "")
     mutable = info.versioned or (producer is not None and producer.mutable_arrays)
     strided = info.strides is not None and info.strides != c_strides(info.shape)
-    return Handoff(
+    record = Handoff(
         who,
         target.name,
         info,
@@ -252,6 +113,35 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
         writable=caps.readonly_imports and not info.readonly and mutable,
         consumer_copies=_consumer_copies(info, caps),
         copy=copy is True and not caps.copies_imports,  # a consumer that copies every import made it already
+    )
+    if strided or record.writable or record.drop_readonly or record.copy or plan.mode not in _REPLAYED:
+        return record
+    return record._replace(admits=_admission(info, target, caps, plan))
+
+
+KIND_LEGACY, KIND_VERSIONED = 1, 2  # Admission.kinds (capsules.c: the same bits)
+
+# The plans a stored route replays: the capsule as it is, or relabelled zero-copy (same width).
+_REPLAYED = ("native", "reinterpret")
+
+
+def _admission(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan) -> Admission:
+    """The capsules that get the same record as ``info`` (dense C order, writable or read-only, with or
+    without an offset, either capsule kind), by the rules above: a READ_ONLY capsule differs only where
+    the consumer has no read-only arrays (``drop_readonly``, ``_refusal``), an offset only where it needs
+    strides for one (``needs_dense``), a versioned capsule only where it reads legacy ones alone
+    (``_refusal``); below the consumer's import alignment its import is another one (the adapter's
+    ``import_alignment``: it copies through the host)."""
+    wire = BY_NAME[plan.wire]
+    return Admission(
+        wire=wire.code | wire.bits << 8 | wire.lanes << 16,
+        triple=info.code | info.bits << 8 | info.lanes << 16,
+        device_type=info.device_code,
+        device_id=info.device_id,
+        kinds=KIND_LEGACY | (KIND_VERSIONED if caps.versioned_capsules else 0),
+        readonly_ok=caps.readonly_arrays,
+        offset_ok=not caps.offset_needs_strides,
+        align=target.import_alignment(caps),
     )
 
 

@@ -28,17 +28,8 @@ from typing import Any
 
 from .._adapters import HOST, Adapter, export_capsule
 from .._capabilities import Capabilities
-from .._capsule._edit import rewrite
-from .._capsule._read import (
-    _OFF_VERSIONED_FLAGS,
-    _OFF_VERSIONED_TENSOR,
-    VERSIONED,
-    DLPackInfo,
-    _get_name,
-    _Head,
-    _tensor_address,
-    c_strides,
-)
+from .._capsule._edit import add_flags, rewrite, set_shape
+from .._capsule._read import DLPackInfo, c_strides
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, LayoutError
 from .._options import Fallback
@@ -188,10 +179,7 @@ def _as_pairs(capsule: Any, info: DLPackInfo, target: Adapter) -> None:
         raise LayoutError(_odd_message(info, target))
     pairs = _pairs_info(info)
     rewrite(capsule, BY_NAME[PAIRS], None, False)
-    head = _Head.from_address(_tensor_address(capsule))
-    (ctypes.c_int64 * info.ndim).from_address(head.shape)[:] = list(pairs.shape)
-    if head.strides:
-        (ctypes.c_int64 * info.ndim).from_address(head.strides)[:] = list(pairs.strides or ())
+    set_shape(capsule, pairs.shape, pairs.strides)
 
 
 def padded_capsule(elements_u8: Any, max_version: tuple[int, int] | None) -> Any:
@@ -199,9 +187,7 @@ def padded_capsule(elements_u8: Any, max_version: tuple[int, int] | None) -> Any
     flagged IS_SUBBYTE_TYPE_PADDED where the capsule is versioned (for describing it: ``inspect``)."""
     capsule = export_capsule(elements_u8, stream=None, max_version=max_version)
     rewrite(capsule, BY_NAME[FP4], None, False)
-    if _get_name(capsule) == VERSIONED:
-        address = _tensor_address(capsule) - _OFF_VERSIONED_TENSOR + _OFF_VERSIONED_FLAGS
-        ctypes.c_uint64.from_address(address).value |= FLAG_PADDED
+    add_flags(capsule, FLAG_PADDED)
     return capsule
 
 

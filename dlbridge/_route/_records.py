@@ -5,7 +5,7 @@ they are its C types (``dlbridge/_csrc/records.c``), else the Python classes her
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from .._accelerator import accel
@@ -29,10 +29,7 @@ class _PyState:
     kind: int = IMPORT_CAPSULE  # how the consumer imports (IMPORT_*) ...
     importer: Any = None  # ... with this callable
     api: Any = None  # the consumer's exchange API capsule (IMPORT_EXCHANGE)
-    versioned: bool = False  # whether the consumer reads versioned capsules
-    align: int = 1  # the data alignment it needs
-    readonly_ok: bool = False  # whether it holds read-only memory
-    offset_ok: bool = False  # whether it reads a byte_offset without strides
+    versioned: bool = False  # whether the consumer reads versioned capsules (the kind its producer is asked for)
     routes: Any = None  # route key -> Replay, or None (the pipeline decides each time)
     caps_fn: Any = None  # capabilities() where they vary at run time
     caps: Any = None  # the capability row the routes were decided for
@@ -56,12 +53,33 @@ class _PyProducer:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _PyReplay:
-    """A stored route (the compiled ``Replay``: the same fields)."""
+    """A stored route (the compiled ``Replay``: the same fields): the record ``decide`` made, whose
+    admission (``record.admits``) is read into the fields below once, when the Replay is made."""
 
     _fields: ClassVar[tuple[str, ...]]
-    wire: int  # the dtype triple the consumer is handed
+    record: Any  # the Handoff decide() made, which this route replays
     finish: Any = None  # turns the import into the result (a zero-copy view), or None
-    record: Any = None  # the Handoff decide() made, which this route replays
+    wire: int = field(init=False)  # the dtype triple the consumer is handed
+    triple: int = field(init=False)  # the admission: the capsule's dtype triple, ...
+    device_type: int = field(init=False)
+    device_id: int = field(init=False)
+    kinds: int = field(init=False)  # ... capsule kinds (1 legacy, 2 versioned), ...
+    readonly_ok: bool = field(init=False)
+    offset_ok: bool = field(init=False)
+    align: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        admits = self.record.admits
+        if admits is None:
+            raise TypeError("Replay(record=) needs a record whose admits is set")
+        if self.finish is not None and not callable(self.finish):
+            raise TypeError("Replay(finish=) must be callable or None")
+        for name in _ADMISSION:
+            value = getattr(admits, name)
+            object.__setattr__(self, name, bool(value) if name.endswith("_ok") else int(value))
+
+
+_ADMISSION = ("wire", "triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align")
 
 
 for _cls in (_PyState, _PyProducer, _PyReplay):

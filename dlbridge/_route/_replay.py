@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import sys
 from functools import partial
-from math import prod
 from typing import Any, NamedTuple
 
 from .._accelerator import accel
@@ -43,12 +42,24 @@ from .._capabilities import Capabilities
 from .._capsule._carriers import Carrier
 from .._capsule._edit import relabel_triple, restore_triple
 from .._capsule._exchange import export_exchange
-from .._capsule._probe import probe
-from .._capsule._read import GPU_CODES, DLPackInfo, c_strides, device_name
-from .._dtypes import BY_NAME, BY_TRIPLE
+from .._capsule._probe import (
+    CODE_AT,
+    DATA_AT,
+    DEVICE_AT,
+    EMPTY,
+    FLAGS_AT,
+    LAYOUT_AT,
+    OFFSET_AT,
+    OTHER,
+    VERSIONED_AT,
+    probe,
+)
+from .._capsule._read import GPU_CODES, DLPackInfo, device_name
+from .._dtypes import BY_TRIPLE
 from .._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
 from .._pipeline import _logical
 from .._pipeline._convert import _convert
+from .._pipeline._devices import home_of
 from .._pipeline._handoff import decide
 from . import _gpu as gpu
 from ._records import (  # noqa: F401  (_Py*: the pure-Python records, also where compiled ones are used)
@@ -70,7 +81,8 @@ __all__ = ["SPECS", "Producer", "Replay", "State", "convert", "spec_for"]
 
 _VERSION = (1, 3)
 _CPU = (1, 0)
-_DEVICE_SHIFT = 40  # a GPU capsule's route key: ... | device type << 40 (CPU keys: 0 there)
+# Route keys: dtype triple | fallback index << 32 | device type << 40 | device id << 48.
+_DEVICE_SHIFT, _DEVICE_ID_SHIFT = 40, 48
 
 # exact type -> Producer: filled as arrays of each type pass the pipeline; replaced whole, never edited.
 _producers: dict[type, Any] = {}
@@ -160,9 +172,6 @@ def _prepare(target: Adapter, caps: Capabilities) -> Any:
         importer=found[1],
         api=found[2],
         versioned=caps.versioned_capsules,
-        align=target.import_alignment(caps),
-        readonly_ok=caps.readonly_arrays,
-        offset_ok=not caps.offset_needs_strides,
         routes=routes,
         caps_fn=target.capabilities if target.dynamic_capabilities else None,
         caps=caps,
@@ -182,31 +191,24 @@ def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, ke
 
 
 def _decide(target: Adapter, caps: Capabilities, key: int) -> Any:
-    """The route for one (consumer row, dtype, fallback): a Replay of the record ``decide`` makes for
-    a plain capsule of that dtype (dense C order, writable, the capsule kind the consumer reads), kept
-    where it is a native import or a zero-copy relabel; None: the pipeline decides each time (a
-    refusal, a remembered view, an upcasting copy)."""
+    """The route for one (consumer row, dtype, fallback, device): a Replay of the record ``decide`` makes
+    for a plain capsule of that dtype on that device (dense C order, writable, the capsule kind the
+    consumer reads), where the record says the route may replay it (``Handoff.admits``: a native import
+    or a zero-copy relabel, and the capsules it holds for); None: the pipeline decides each time (a
+    refusal, a remembered view, an upcasting copy, memory the consumer finds elsewhere)."""
     code, bits, lanes, fallback = key & 0xFF, (key >> 8) & 0xFF, (key >> 16) & 0xFFFF, (key >> 32) & 0xFF
-    device = key >> _DEVICE_SHIFT or 1
+    device = ((key >> _DEVICE_SHIFT) & 0xFF, key >> _DEVICE_ID_SHIFT)
     name = BY_TRIPLE.get((code, bits, lanes))
-    if name is None:
+    if name is None or home_of(device, target) != (device, True):  # the pipeline relabels or moves it first
         return None
     versioned = caps.versioned_capsules
-    info = DLPackInfo(name, code, bits, lanes, device_name(device), 0, (), None, 0, 0, False, versioned, None, None,
-                      device_code=device)  # fmt: skip
+    info = DLPackInfo(name, code, bits, lanes, device_name(device[0]), device[1], (), None, 0, 0, False, versioned,
+                      None, None, device_code=device[0])  # fmt: skip
     record = decide(info, target, caps, FALLBACKS[fallback], None, None)
-    plan = record.plan
-    if record.error is not None or plan is None or record.writable or record.c_order or record.drop_readonly:
+    if record.admits is None:
         return None
-    triple = key & 0xFFFFFFFF
-    if plan.mode == "native":
-        return Replay(wire=triple, finish=None, record=record)
-    if plan.mode == "reinterpret":
-        wire = BY_NAME[plan.wire]
-        return Replay(
-            wire=wire.code | wire.bits << 8 | wire.lanes << 16, finish=target.viewer(plan.logical), record=record
-        )
-    return None
+    finish = target.viewer(record.plan.logical) if record.plan.mode == "reinterpret" else None
+    return Replay(record=record, finish=finish)
 
 
 # --- the Python route (the same steps as _csrc/route.c's convert) ------------------------------------
@@ -273,21 +275,37 @@ def _deliver(state: Any, capsule: Any, fb: int, device: tuple[int, int]) -> Any:
     """An exported capsule on ``device`` (the one its array claimed) checked, and imported as its
     stored route says; a ``_Handover`` of it where the route does not replay it, ``_DECLINED`` where
     the import failed."""
-    raw = probe(capsule)
-    if raw is None or (raw[0] and not state.versioned):
+    facts = probe(capsule)
+    if facts is None or (facts[VERSIONED_AT] and not state.versioned):
         return _DECLINED  # unread, or not the capsule kind the pipeline asks this consumer's producer for
-    if (raw[5], raw[6]) != device and raw[5] in GPU_CODES:
-        return _DECLINED  # memory elsewhere than its array said: the pipeline exports it with its handshake
-    if not _plain(state, raw, device):
+    where = (facts[DEVICE_AT], facts[DEVICE_AT + 1])
+    if where != device:  # memory elsewhere than its array said: a GPU capsule is exported again, with its handshake
+        return _DECLINED if where[0] in GPU_CODES else _Handover(capsule)
+    triple = facts[CODE_AT] | facts[CODE_AT + 1] << 8 | facts[CODE_AT + 2] << 16
+    if not 0 <= where[0] <= 0xFF or not 0 <= where[1] <= 0x7FFF:
         return _Handover(capsule)
-    triple = raw[8] | raw[9] << 8 | raw[10] << 16
-    key = triple | fb << 32 | (device[0] << _DEVICE_SHIFT if device[0] != 1 else 0)
+    key = triple | fb << 32 | where[0] << _DEVICE_SHIFT | where[1] << _DEVICE_ID_SHIFT
     replay = state.routes.get(key, _DECLINED)
     if replay is _DECLINED:
         replay = state.decide(key)
-    if replay is None:
+    if replay is None or not _admitted(replay, facts, triple):
         return _Handover(capsule)
     return _import(state, capsule, triple, replay, device)
+
+
+def _admitted(replay: Any, facts: Any, triple: int) -> bool:
+    """Whether the capsule is one the stored route's record holds for: its admission, compared field by
+    field (``decide`` made them; nothing is decided here). The compiled route's ``admitted``."""
+    layout = facts[LAYOUT_AT]
+    if layout == OTHER or triple != replay.triple:
+        return False
+    if facts[DEVICE_AT] != replay.device_type or facts[DEVICE_AT + 1] != replay.device_id:
+        return False
+    if not replay.kinds & (2 if facts[VERSIONED_AT] else 1):
+        return False
+    if (facts[FLAGS_AT] & 1 and not replay.readonly_ok) or (facts[OFFSET_AT] and not replay.offset_ok):
+        return False
+    return layout == EMPTY or not (facts[DATA_AT] + facts[OFFSET_AT]) % replay.align
 
 
 def _export(state: Any, producer: Any, x: Any) -> Any:
@@ -313,25 +331,6 @@ def _export(state: Any, producer: Any, x: Any) -> Any:
 
 class _Declined(Exception):
     """A guard that does not hold: the pipeline converts x."""
-
-
-def _plain(state: Any, raw: tuple[Any, ...], device: tuple[int, int]) -> bool:
-    """Whether a probed capsule is what the route replays: on ``device`` (CPU 0, or the GPU its array
-    claimed), dense C order, flags and alignment the consumer takes."""
-    is_versioned, _, _, flags, data, device_type, device_id, _, _, bits, lanes, shape, strides, offset = raw
-    if (device_type, device_id) != device or (is_versioned and not state.versioned):
-        return False
-    if (strides and strides != c_strides(shape)) or (flags & 1 and not state.readonly_ok):
-        return False
-    if offset and not state.offset_ok:
-        return False
-    size = prod(shape)
-    if not size:
-        return True
-    span = size * ((bits * lanes + 7) // 8)
-    if (shape and min(shape) < 0) or not data or data + offset + span >= 1 << 64 or span >= 1 << 62:
-        return False
-    return not (data + offset) % state.align
 
 
 def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[int, int]) -> Any:
