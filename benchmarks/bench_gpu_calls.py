@@ -169,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = [measure(pair, case) for pair in args.pairs.split(",") for case in CASES]
     print(f"simulated CUDA (tests/simcuda; not GPU evidence); accelerator: {reason}; "
           f"DLBRIDGE_PURE_PYTHON={os.environ.get('DLBRIDGE_PURE_PYTHON', '')!r}")  # fmt: skip
-    print("Python functions entered by one warm conversion (dlbridge's own / all) and whether torch's Python "
-          "Tensor.__dlpack__ ran; then the same for the consumer's own from_dlpack")
+    print(
+        "Python functions entered by one warm conversion (dlbridge's own / all) and whether torch's Python "
+        "Tensor.__dlpack__ ran; then the same for the consumer's own from_dlpack"
+    )
     print(f"{'pair':12s} {'case':20s} {'dlbridge':>9s} {'all':>9s} {'dunder':>7s} | {'native':>9s} {'dunder':>7s}")
     for r in rows:
         print(_row(r))

@@ -128,7 +128,9 @@ def test_every_capsule_an_admission_admits_gets_the_same_record(consumer: str) -
         if admits is None:
             continue
         checked += 1
-        for versioned, readonly, offset, data in product((False, True), (False, True), (0, 4, 64), (1 << 12, 1 << 12 | 8)):
+        for versioned, readonly, offset, data in product(
+            (False, True), (False, True), (0, 4, 64), (1 << 12, 1 << 12 | 8)
+        ):
             kind_ok = admits.kinds & (2 if versioned else 1)
             admitted = (kind_ok and (not readonly or admits.readonly_ok) and (not offset or admits.offset_ok)
                         and (data + offset) % admits.align == 0)  # fmt: skip

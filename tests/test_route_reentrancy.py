@@ -419,8 +419,17 @@ def test_records_the_compiled_route_cannot_read_are_refused_or_declined() -> Non
     for bad_producer in ({"guards": [("is_cpu", False, True)]}, {"alias": 1}, {"relabels": [1]}, {"kind": "1"}):
         with pytest.raises(TypeError):
             accel.Producer(**bad_producer)
-    bad_admits = [_ADMITS._replace(**{f: v}) for f, v in (("wire", -1), ("wire", 1 << 32), ("align", 0),
-                                                            ("kinds", 0), ("device_id", 1 << 15), ("triple", "x"))]
+    bad_admits = [
+        _ADMITS._replace(**{f: v})
+        for f, v in (
+            ("wire", -1),
+            ("wire", 1 << 32),
+            ("align", 0),
+            ("kinds", 0),
+            ("device_id", 1 << 15),
+            ("triple", "x"),
+        )
+    ]
     for bad_replay in ({"record": _record(None)}, {"record": "record"}, {"record": _record(), "finish": 1}, {},
                        *({"record": _record(a)} for a in bad_admits)):  # fmt: skip
         with pytest.raises((TypeError, OverflowError, AttributeError)):

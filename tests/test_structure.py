@@ -256,7 +256,9 @@ def test_the_dltensor_layout_is_declared_once() -> None:
     twice = []
     for path in _python_modules():
         code = _code_of(path)
-        if path != _LAYOUT_MODULE and ("'byte_offset', ctypes" in code or re.search(r"Struct\('@[^']*(iiiBBH|IIPPQ)", code)):
+        if path != _LAYOUT_MODULE and (
+            "'byte_offset', ctypes" in code or re.search(r"Struct\('@[^']*(iiiBBH|IIPPQ)", code)
+        ):
             twice.append(str(path.relative_to(PACKAGE)))
     for path in (PACKAGE / "_csrc").glob("*.c"):
         if re.search(r"typedef struct[^;]*byte_offset", path.read_text(encoding="utf-8"), re.S):
