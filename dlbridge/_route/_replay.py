@@ -149,6 +149,8 @@ def _learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
     source = adapter_for(x)
     gpu.note(cls, source)
     export = source.fast_export(cls) if source is not None else None
+    if export is not None and export[0] != EXPORT_FUNCTION and source is not None and source.caps.exports_uint8:
+        export = None  # its own capsules mislabel a dtype: only its adapter's export (kind 2) relabels them
     if export is None:
         _producers.pop(cls, None)
         return
