@@ -7,7 +7,7 @@ from operator import methodcaller
 from typing import Any
 
 from .._capabilities import Capabilities, installed_version
-from .._capsule._edit import relabel
+from .._capsule._edit import mark_padded, relabel
 from .._capsule._read import read
 from .._dtypes import BY_NAME
 from .._errors import MissingFrameworkError, ProducerError, UnsupportedDtypeError
@@ -230,9 +230,11 @@ class NumpyAdapter(Adapter):
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
         if obj.dtype.name == "float4_e2m1fn" and obj.dtype.type.__module__ == "ml_dtypes" and dtype is None:
-            from .._pipeline._subbyte import padded_export  # one value a byte, which NumPy cannot export
-
-            return padded_export(obj)  # its bytes, labelled fp4 and flagged padded: dlbridge repacks them
+            # One value a byte, which NumPy cannot export: its bytes, versioned whatever the consumer reads,
+            # labelled fp4 and flagged padded (the pipeline's fp4 plan reads the flag and repacks them).
+            capsule = export_capsule(obj.view(self.mod.uint8), stream=None, max_version=(1, 3))
+            mark_padded(capsule, BY_NAME["float4_e2m1fn"])
+            return capsule
         if obj.dtype.isnative:
             return super().export_failed(obj, stream=stream, max_version=max_version, copy=copy, target=target,
                                          dtype=dtype)  # fmt: skip

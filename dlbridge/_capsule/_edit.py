@@ -9,6 +9,7 @@ from .._dtypes import DType
 from ._read import (
     _OFF_VERSIONED_FLAGS,
     _OFF_VERSIONED_TENSOR,
+    FLAG_PADDED,
     FLAG_READ_ONLY,
     LEGACY,
     VERSIONED,
@@ -19,7 +20,8 @@ from ._read import (
     c_strides,
 )
 
-__all__ = ["relabel", "relabel_device", "set_c_strides", "rewrite", "restore", "relabel_triple", "restore_triple"]
+__all__ = ["relabel", "relabel_device", "set_c_strides", "rewrite", "restore", "relabel_triple", "restore_triple",
+           "mark_padded"]  # fmt: skip
 
 
 def relabel(capsule: object, dtype: DType) -> None:
@@ -29,6 +31,16 @@ def relabel(capsule: object, dtype: DType) -> None:
     """
     head = _Head.from_address(_tensor_address(capsule))
     head.code, head.bits, head.lanes = dtype.code, dtype.bits, dtype.lanes
+
+
+def mark_padded(capsule: object, dtype: DType) -> None:
+    """Label an unconsumed capsule of one-value-a-byte sub-byte data (exported as its bytes) ``dtype``,
+    flagged IS_SUBBYTE_TYPE_PADDED where it is versioned (a legacy capsule has no flags), so that its
+    readers know each value fills a byte."""
+    relabel(capsule, dtype)
+    if _get_name(capsule) == VERSIONED:
+        address = _tensor_address(capsule) - _OFF_VERSIONED_TENSOR + _OFF_VERSIONED_FLAGS
+        ctypes.c_uint64.from_address(address).value |= FLAG_PADDED
 
 
 def relabel_device(capsule: object, device: tuple[int, int]) -> None:

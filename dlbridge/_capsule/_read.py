@@ -29,6 +29,7 @@ USED = (b"used_dltensor", b"used_dltensor_versioned")
 SUPPORTED_MAJOR = 1
 FLAG_READ_ONLY = 1 << 0
 FLAG_IS_COPIED = 1 << 1
+FLAG_PADDED = 1 << 2  # DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (dlpack.h, DLPack 1.1)
 # Sanity bound on ndim: DLPack sets none, but no real array has more than a few dozen.
 MAX_NDIM = 64
 
