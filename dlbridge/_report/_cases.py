@@ -14,7 +14,7 @@ import sys
 from collections import ChainMap
 from typing import Any, NamedTuple
 
-from .._adapters import ADAPTERS, PRODUCER_ONLY, Adapter
+from .._adapters import ADAPTERS, HOST, PRODUCER_ONLY, Adapter
 from .._adapters._support import findable
 from .._dtypes import BY_NAME, FLOAT8, decode_table, short_name
 
@@ -165,6 +165,9 @@ def make_source(framework: str, device: str, ref: Ref, layout: str = "dense") ->
     ``layout`` "transposed" or "readonly": a view of the dense source made by the adapter."""
     adapter = REPORTED[framework]
     src = adapter.prober.make_from_bits(ref.data, ref.dtype, ref.shape, device)
+    if src is None:  # the framework builds its arrays from the host framework's (NumPy's)
+        host = HOST.mod.frombuffer(ref.data, dtype="u1").view(HOST.prober.dtype_for(ref.dtype)).reshape(ref.shape)
+        src = adapter.prober.make_array(host, device)
     if layout == "dense":
         return src
     view = adapter.prober.transpose(src) if layout == "transposed" else adapter.prober.make_readonly(src)
