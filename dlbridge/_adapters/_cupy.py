@@ -4,7 +4,8 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from .._errors import UnsupportedDtypeError
-from ._base import Adapter, FastExport, Prober, export_capsule
+from ._base import Adapter, Prober, export_capsule
+from ._fast import FastExport, FastRoute
 from ._numpy import numpy_dtype, raw_bits
 
 
@@ -44,15 +45,10 @@ class CupyProber(Prober):
         return name.decode() if isinstance(name, bytes) else str(name)
 
 
-class CupyAdapter(Adapter):
-    name = "cupy"
-    module = "cupy"
-    array_type = ("cupy", "ndarray")
-    producer_modules = ("cupy", "cupy_backends")
+class CupyAdapter(FastRoute, Adapter):
     device_codes = frozenset({2, 13})
     display = "CuPy"
     prober_class = CupyProber
-    to_doc = 'CPU sources need ``device="cuda"`` or ``copy=True``.'
     # cupy-cuda12x and friends are found through importlib.metadata.packages_distributions().
     distributions = ("cupy",)
     extra = "cupy"

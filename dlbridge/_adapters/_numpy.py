@@ -11,7 +11,8 @@ from .._capsule._edit import mark_padded, relabel
 from .._capsule._read import read
 from .._dtypes import BY_NAME
 from .._errors import MissingFrameworkError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
+from ._base import Adapter, AsIs, Prober, export_capsule
+from ._fast import FastExport, FastRoute
 
 _ALIGN = 64
 
@@ -98,21 +99,14 @@ class NumpyProber(Prober):
         return self.mod.array(arr, copy=True)
 
 
-class NumpyAdapter(Adapter):
-    name = "numpy"
-    module = "numpy"
-    aliases = ("np",)
-    array_type = ("numpy", "ndarray")
-    producer_modules = ("numpy",)
+class NumpyAdapter(FastRoute, Adapter):
     device_codes = frozenset({1})
     display = "NumPy"
     prober_class = NumpyProber
-    to_doc = "bf16/fp8 arrive as ml_dtypes arrays sharing the memory."
     distributions = ("numpy",)
     companions = ("ml_dtypes",)  # bf16/fp8 NumPy dtypes
     extra = "numpy"
     producer_devices = ("cpu",)
-    host = True
     wrap_call = "numpy.asarray"
     dtype_addon = "ml_dtypes"
     readonly_imports_note = (
@@ -289,7 +283,7 @@ class NumpyAdapter(Adapter):
 
     @cached_property
     def _masked(self) -> Adapter:
-        return _MaskedArrays()
+        return _MaskedArrays(self.framework)
 
     def readonly_alias(self, arr: Any) -> Any | None:
         return None if arr.flags.writeable else arr.view()  # same memory, read-only, as NumPy >= 2.1 gives

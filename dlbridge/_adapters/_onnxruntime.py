@@ -15,7 +15,8 @@ from typing import Any
 
 from .._capabilities import Capabilities
 from .._errors import DLBridgeError, ProducerError
-from ._base import Adapter, FastExport, Prober
+from ._base import Adapter, Prober
+from ._fast import FastExport, FastRoute
 
 # ONNX TensorProto.DataType numbers and OrtValue.data_type() names of the dtypes dlbridge knows
 # (onnx/onnx.proto; onnxruntime/python/onnxruntime_pybind_mlvalue.cc).
@@ -67,16 +68,11 @@ class OnnxruntimeProber(Prober):
         return self.host_bytes(arr).view(numpy_dtype(self.dtype_str(arr))).reshape(tuple(arr.shape()))
 
 
-class OnnxruntimeAdapter(Adapter):
-    name = "onnxruntime"
-    module = "onnxruntime"
-    aliases = ("ort",)
+class OnnxruntimeAdapter(FastRoute, Adapter):
     prober_class = OnnxruntimeProber
     display = "ONNX Runtime"
     distributions = ("onnxruntime", "onnxruntime-gpu")
     extra = "onnxruntime"
-    array_type = ("onnxruntime", "OrtValue")
-    producer_modules = ("onnxruntime",)
     # The CPU build only: CUDA OrtValues (onnxruntime-gpu) are not probed; they arrive by copy.
     device_codes = frozenset({1})
     no_sync_stream = None

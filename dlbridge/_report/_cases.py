@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections import ChainMap
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .._adapters import ADAPTERS, HOST, PRODUCER_ONLY, Adapter
+from .._adapters import ADAPTERS, ALL_ADAPTERS, HOST, Adapter
 from .._adapters._support import findable
 from .._dtypes import BY_NAME, FLOAT8, decode_table, short_name
 
@@ -22,10 +22,10 @@ __all__ = ["FRAMEWORKS", "CONSUMERS", "REPORTED", "DEVICES", "BASE_DTYPES", "ins
            "install_hint", "Ref", "reference", "upcast_bits", "make_source", "native_import", "gpu_info",
            "LAYOUTS", "LAYOUT_DTYPE", "layout_ref", "SUBBYTE_DTYPES", "fp4_codes"]  # fmt: skip
 
-# Every framework the report probes: the registry's (producers and consumers), then the frameworks
-# dlbridge only reads arrays from (producers only: rows of the matrix, never columns). A live view:
-# adapters registered later are found too; it iterates the registry's first.
-REPORTED: ChainMap[str, Adapter] = ChainMap({a.name: a for a in PRODUCER_ONLY if a.name not in ADAPTERS}, ADAPTERS)
+# Every framework the report probes, in the registry's order: the frameworks dlbridge converts into and
+# those it only reads arrays from (producers only: rows of the matrix, never columns). A live view:
+# frameworks registered later are found too.
+REPORTED: Mapping[str, Adapter] = ALL_ADAPTERS
 FRAMEWORKS: tuple[str, ...] = tuple(REPORTED)
 CONSUMERS: tuple[str, ...] = tuple(ADAPTERS)
 DEVICES = ("cpu", "cuda")

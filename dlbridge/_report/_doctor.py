@@ -13,7 +13,7 @@ from importlib import metadata
 from .. import _accelerator
 from .._adapters import ADAPTERS
 from .._adapters._support import findable
-from .._capabilities import TABLE, Capabilities, capabilities, missing_requirements
+from .._capabilities import Capabilities, capabilities, missing_requirements, table
 from .._dtypes import BY_NAME, FLOAT8
 from .._options import ENV_VAR, get_default_fallback
 from ._cases import BASE_DTYPES, CONSUMERS, REPORTED, install_hint
@@ -56,7 +56,7 @@ def installed_versions() -> dict[str, str | None]:
 
 
 def _source(consumer: str, what: str) -> str:
-    return next((r.source for r in TABLE if r.consumer == consumer and r.what == what), "")
+    return next((r.source for r in table() if r.consumer == consumer and r.what == what), "")
 
 
 def _names(dtypes: set[str]) -> str:
@@ -126,7 +126,7 @@ def _layout_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
     """Strides the framework refuses or misreads (dlbridge hands it a dense copy)."""
     out: list[str] = []
     if not caps.negative_strides and not caps.compact_only:
-        # The table has no negative_strides row for it; see the comment in _capabilities.TABLE.
+        # The table has no negative_strides row for it; see the comment in its rows (dlbridge/_rows/).
         seen = (
             "it refuses a reversed view, a[::-1]"
             if caps.copies_imports

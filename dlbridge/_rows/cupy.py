@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from ._common import CORE, CUPY_BF16, ML_ONLY, Row, row
+from ._common import CORE, CUPY_BF16, ML_ONLY, Framework, Row, row
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="cupy",
+    module="cupy",
+    array_type=("cupy", "ndarray"),
+    adapter="dlbridge._adapters._cupy:CupyAdapter",
+    producer_modules=("cupy", "cupy_backends"),
+)
 
 ROWS: tuple[Row, ...] = (
     row("cupy", "imports", CORE, "9.0", source="CuPy 9 notes: cupy.from_dlpack"),

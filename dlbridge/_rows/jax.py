@@ -11,8 +11,19 @@ from ._common import (
     ML_DTYPES_05,
     ML_DTYPES_FP4,
     NEW_FP8,
+    Framework,
     Row,
     row,
+)
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="jax",
+    module="jax",
+    array_type=("jax", "Array"),
+    adapter="dlbridge._adapters._jax:JaxAdapter",
+    module_aliases=("jax.numpy",),
+    producer_modules=("jax", "jaxlib"),
 )
 
 ROWS: tuple[Row, ...] = (

@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from .._dtypes import FLOAT8
-from ._common import CORE, ML_DTYPES_05, ML_DTYPES_FP4, NEW_FP8, Row, row
+from ._common import CORE, ML_DTYPES_05, ML_DTYPES_FP4, NEW_FP8, Framework, Row, row
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="numpy",
+    module="numpy",
+    array_type=("numpy", "ndarray"),
+    adapter="dlbridge._adapters._numpy:NumpyAdapter",
+    aliases=("np",),
+    producer_modules=("numpy",),
+    host=True,
+)
 
 ROWS: tuple[Row, ...] = (
     row("numpy", "imports", CORE, "1.22", source="NumPy 1.22 notes: np.from_dlpack"),

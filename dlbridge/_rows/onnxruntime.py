@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from ._common import INTS, Row, row
+from ._common import INTS, Framework, Row, row
 
 _PROBE = "probe 2026-11-25 (onnxruntime 1.32.0, torch 2.13.0)"
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="onnxruntime",
+    module="onnxruntime",
+    array_type=("onnxruntime", "OrtValue"),
+    adapter="dlbridge._adapters._onnxruntime:OnnxruntimeAdapter",
+    aliases=("ort",),
+    producer_modules=("onnxruntime",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from ._common import CORE, WIDE_UINTS, Row, row
+from ._common import CORE, WIDE_UINTS, Framework, Row, row
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="paddle",
+    module="paddle",
+    array_type=("paddle", "Tensor"),
+    adapter="dlbridge._adapters._paddle:PaddleAdapter",
+    aliases=("paddlepaddle",),
+    producer_modules=("paddle",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(

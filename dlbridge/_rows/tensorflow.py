@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from ._common import CORE, Row, row
+from ._common import CORE, Framework, Row, row
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="tensorflow",
+    module="tensorflow",
+    array_type=("tensorflow", "Tensor"),
+    adapter="dlbridge._adapters._tensorflow:TensorflowAdapter",
+    aliases=("tf",),
+    producer_modules=("tensorflow",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(

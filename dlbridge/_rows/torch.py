@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from ._common import CORE, TORCH_FP8, WIDE_UINTS, Row, row
+from ._common import CORE, TORCH_FP8, WIDE_UINTS, Framework, Row, row
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="torch",
+    module="torch",
+    array_type=("torch", "Tensor"),
+    adapter="dlbridge._adapters._torch:TorchAdapter",
+    aliases=("pytorch",),
+    producer_modules=("torch",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(
