@@ -3,9 +3,10 @@
 tests/toy_adapter.py makes tests/toyarray.py (a DLPack producer and consumer over NumPy) a framework
 with ``dlbridge._adapters.register``; it then converts to and from NumPy and torch like the shipped
 frameworks, decided by its rows. Registration lasts for the process, so those tests run in a child.
-A shipped framework adds, outside its two modules, three lines: its name in ``dlbridge._rows.MODULES``,
-its ``to_<name>`` in ``dlbridge/_api.py`` (with its ``convert`` overload) and an install extra; the last
-test here counts the places for every shipped framework. An adapter that leaves out part of the
+A shipped framework adds, outside its two modules, three shared places: its name in
+``dlbridge._rows.MODULES``, its ``to_<name>`` in ``dlbridge/_api.py`` (with its ``convert`` overload; re-exported
+by ``dlbridge/__init__.py``, tests/test_api_registry.py) and an install extra; the last test here checks that
+nothing else in the package names it, for every shipped framework. An adapter that leaves out part of the
 interface fails when it is made (at registration, or on first use), naming what is missing."""
 
 from __future__ import annotations
@@ -258,7 +259,7 @@ def _own(rel: str, name: str) -> bool:
     return rel == f"_rows/{name}.py" or re.fullmatch(rf"_adapters/_{name}(_\w+)?\.py", rel) is not None
 
 
-def test_a_shipped_framework_is_its_two_modules_and_three_shared_lines() -> None:
+def test_a_shipped_framework_is_its_two_modules_and_three_shared_places() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     code = {str(p.relative_to(PACKAGE)): _names_in_code(p) for p in sorted(PACKAGE.rglob("*.py"))}
     extras = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
