@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._adapters import Adapter
+from .._adapters._fast import FastRoute
 from .._capsule._read import GPU_CODES
 from ._records import guards_hold
 
@@ -34,12 +35,12 @@ _VERSION = (1, 3)
 
 # exact type -> (source adapter, guards): GPU arrays of the type take this half; absent: the pipeline
 # (noted as arrays of each type pass the pipeline, ``note``; an entry is replaced whole, never edited).
-_producers: dict[type, tuple[Adapter, tuple[tuple[str, bool, Any], ...]]] = {}
+_producers: dict[type, tuple[FastRoute, tuple[tuple[str, bool, Any], ...]]] = {}
 
 
 def note(cls: type, source: Adapter | None) -> None:
     """After the pipeline converted an array of type ``cls``: whether its GPU arrays take this half."""
-    guards = source.fast_gpu_export(cls) if source is not None else None
+    guards = source.fast_gpu_export(cls) if isinstance(source, FastRoute) else None
     if guards is None:
         _producers.pop(cls, None)
         return

@@ -37,7 +37,8 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from .._accelerator import accel
-from .._adapters import ADAPTERS, Adapter, adapter_for
+from .._adapters import Adapter, adapter_for, adapter_named
+from .._adapters._fast import FastRoute
 from .._capabilities import Capabilities
 from .._capsule._carriers import Carrier
 from .._capsule._edit import relabel_triple, restore_triple
@@ -76,6 +77,7 @@ from ._records import (  # noqa: F401  (_Py*: the pure-Python records, also wher
     _PyState,
     guards_hold,
 )
+from ._specs import SPECS
 
 __all__ = ["SPECS", "Producer", "Replay", "State", "convert", "spec_for"]
 
@@ -89,16 +91,10 @@ _producers: dict[type, Any] = {}
 _seen: dict[type, int] = {}
 
 
-def _state(target: Adapter) -> Any:
-    """A state not yet prepared: the next conversion through the pipeline prepares it."""
+def _state(target: Adapter | str) -> Any:
+    """A state not yet prepared (its target an adapter, or a registry name: ``_specs``): the next
+    conversion through the pipeline prepares it."""
     return State(target=target)
-
-
-def _spec(target: Adapter) -> list[Any]:
-    return [_state(target)]
-
-
-SPECS: dict[str, list[Any]] = {name: _spec(a) for name, a in ADAPTERS.items()}
 
 
 def spec_for(target: Adapter) -> list[Any]:
@@ -111,6 +107,8 @@ def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, c
     converts x, then the route learns from it. ``exported``: x's capsule, which the route exported and
     declined before any consumer saw it; the pipeline reads it instead of exporting x again."""
     state, capsule = spec[0], exported
+    if type(state.target) is str:  # a spec not yet used (_specs): its target by name
+        state = spec[0] = _state(adapter_named(state.target))
     if capsule is None and dtype is None and device is None and copy is None and stream is None and state.ready:
         fb = _fallback_index(fallback)
         on_gpu = gpu.export(state, x) if fb is not None and not (_views and id(x) in _views) else None
@@ -148,7 +146,7 @@ def _learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
     _seen[cls] = loaded
     source = adapter_for(x)
     gpu.note(cls, source)
-    export = source.fast_export(cls) if source is not None else None
+    export = source.fast_export(cls) if isinstance(source, FastRoute) else None
     if export is not None and export[0] != EXPORT_FUNCTION and source is not None and source.caps.exports_uint8:
         export = None  # its own capsules mislabel a dtype: only its adapter's export (kind 2) relabels them
     if export is None:
@@ -162,6 +160,8 @@ def _learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
 
 def _prepare(target: Adapter, caps: Capabilities) -> Any:
     """The target's state for capability row ``caps``: a new State (routes decided afresh)."""
+    if not isinstance(target, FastRoute):  # an adapter without the route's part: the pipeline every time
+        return State(target=target, caps=caps)
     found = target.fast_import(caps)
     if found is None:
         return State(target=target, caps=caps)
@@ -184,7 +184,7 @@ def _prepare(target: Adapter, caps: Capabilities) -> Any:
     )
 
 
-def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, key: int) -> Any:
+def _decide_into(routes: dict[int, Any], target: FastRoute, caps: Capabilities, key: int) -> Any:
     route = _decide(target, caps, key)
     if len(routes) >= 1024:  # dtype codes are few; a bound all the same
         routes.clear()
@@ -192,7 +192,7 @@ def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, ke
     return route
 
 
-def _decide(target: Adapter, caps: Capabilities, key: int) -> Any:
+def _decide(target: FastRoute, caps: Capabilities, key: int) -> Any:
     """The route for one (consumer row, dtype, fallback, device): a Replay of the record ``decide`` makes
     for a plain capsule of that dtype on that device (dense C order, writable, the capsule kind the
     consumer reads), where the record says the route may replay it (``Handoff.admits``: a native import
