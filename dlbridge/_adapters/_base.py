@@ -16,9 +16,9 @@ from .._capabilities import Capabilities, capabilities
 from .._capsule._carriers import Carrier
 from .._errors import DLBridgeError, MissingFrameworkError
 from ._probe import Prober
-from ._support import AsIs, FastExport, distribution_version, export_capsule, findable, import_framework
+from ._support import AsIs, FastExport, GpuExport, distribution_version, export_capsule, findable, import_framework
 
-__all__ = ["Adapter", "AsIs", "FastExport", "Prober", "export_capsule"]
+__all__ = ["Adapter", "AsIs", "FastExport", "GpuExport", "Prober", "export_capsule"]
 
 # What every adapter class sets (Adapter.__init__ checks them).
 _REQUIRED = ("name", "module", "display", "array_type", "prober_class")
@@ -280,11 +280,17 @@ class Adapter(ABC):
         framework holds but cannot export). None: arrays of ``cls`` always take the pipeline."""
         return (0, None, (), None, None) if cls is self.array_class() else None
 
-    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        """The guards under which an array of exactly type ``cls`` on a GPU takes the fast route's GPU
-        half (``_route_gpu``): each ``(attribute, call, expected)`` as in ``fast_export``, checked before
-        anything is exported; the export itself is ``export()`` with the consumer's stream, inside
-        ``on_device()``. None: GPU arrays of ``cls`` always take the pipeline."""
+    def fast_gpu_export(self, cls: type) -> GpuExport | None:
+        """How an array of exactly type ``cls`` that may be on a GPU takes the fast route's GPU half
+        (``_route/_gpu.py``): its guards (each ``(attribute, call, expected)`` as in ``fast_export``, checked
+        before anything is exported), how to ask its device, and how it is exported with the stream
+        handshake. None: GPU arrays of ``cls`` always take the pipeline."""
+        return None
+
+    def fast_stream_query(self) -> Any:
+        """How the fast route asks this framework, as a consumer, for its current stream on a device: its
+        DLPack C exchange API capsule (``current_work_stream``), or ``(ask, attribute)`` where
+        ``ask(device id).attribute`` is the stream's handle; None: GPU arrays into it take the pipeline."""
         return None
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:

@@ -4,7 +4,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from .._errors import UnsupportedDtypeError
-from ._base import Adapter, FastExport, Prober, export_capsule
+from ._base import Adapter, FastExport, GpuExport, Prober, export_capsule
 from ._numpy import numpy_dtype, raw_bits
 
 
@@ -61,10 +61,19 @@ class CupyAdapter(Adapter):
     def fast_export(self, cls: type) -> FastExport | None:
         return None  # CuPy arrays live on the GPU and the route replays CPU memory only: never exported there
 
-    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        # Its own ndarray (not a subclass, which may override __dlpack__): every state exports, and
-        # the dtypes it cannot export are refused by export() before CuPy is asked.
-        return () if cls is self.array_class() else None
+    def fast_gpu_export(self, cls: type) -> GpuExport | None:
+        # Its own ndarray (not a subclass, which may override __dlpack__): every state exports, and the
+        # dtypes it cannot export are refused by CuPy (a decline: the pipeline says why). Handed the
+        # consumer's stream, CuPy makes it wait itself, recording its event on the *current* device's
+        # stream (cupy/_core/core.pyx __dlpack__): the route takes arrays on the current device only.
+        if cls is not self.array_class():
+            return None
+        return GpuExport((), "__dlpack_device__", 0, 0, current_device=self.mod.cuda.runtime.getDevice)
+
+    def fast_stream_query(self) -> Any:
+        cuda = self.mod.cuda
+        # get_current_stream(device_id): no device switch (CuPy >= 11); its .ptr is the handle
+        return (cuda.get_current_stream, "ptr") if int(self.version.split(".")[0]) >= 11 else None
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         # CuPy views any NumPy dtype (float8 from ml_dtypes included) but exports only its own and

@@ -9,7 +9,7 @@ from .._capsule._edit import relabel
 from .._capsule._read import GPU_CODES
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, FastExport, Prober, export_capsule
+from ._base import Adapter, FastExport, GpuExport, Prober, export_capsule
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
 
@@ -93,10 +93,12 @@ class JaxAdapter(Adapter):
             return False
         return not (self.caps.cannot_export or self.caps.exports_uint8)
 
-    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        # A sharded array has no one device: its export fails (device_of names its first shard's, so that
-        # the pipeline can say what to do), which declines it with nothing exported.
-        return () if self._plain_export(cls) else None
+    def fast_gpu_export(self, cls: type) -> GpuExport | None:
+        # Where its arrays may be on a GPU the route asks each one's device (__dlpack_device__: the
+        # device's local_hardware_id, jax/_src/array.py) and hands its __dlpack__ the consumer's stream:
+        # JAX makes that stream wait itself. A sharded array has no one device: its __dlpack_device__
+        # raises, which declines it with nothing exported (the pipeline says what to do).
+        return GpuExport((), "__dlpack_device__", 0, 0) if self._plain_export(cls) else None
 
     def fast_export(self, cls: type) -> FastExport | None:
         if not self._plain_export(cls):

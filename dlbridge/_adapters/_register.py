@@ -15,7 +15,7 @@ from typing import Any
 from .. import _adapters, _api, _capabilities
 from .._dtypes import BY_NAME
 from .._errors import OptionError
-from .._route import _replay as _route
+from .._route import _learn
 from .._rows import KINDS, Row
 from . import ADAPTERS, Adapter
 
@@ -38,7 +38,7 @@ def register(adapter: Adapter, rows: Iterable[Row]) -> Callable[..., Any]:
     _capabilities.TABLE = (*_capabilities.TABLE, *rows)
     _capabilities.CONSUMERS = (*_capabilities.CONSUMERS, adapter.name)
     _capabilities.capabilities.cache_clear()
-    _route.SPECS[adapter.name] = _route._spec(adapter)
+    _learn.SPECS[adapter.name] = [_learn.new_state(adapter)]
     to = _api._to(adapter)
     _api.TO[to.__name__] = to
     return to
