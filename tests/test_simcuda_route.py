@@ -207,6 +207,7 @@ def test_jax_as_consumer_is_replayed_with_jaxs_own_stream(sim, pipeline):
         assert sim.log.exports("torch") == 1, sim.log
         assert sim.log.streams_handed("torch") == [consumed[0].stream], sim.log
         assert np.array_equal(np.asarray(out), np.arange(6.0, dtype=np.float32))
+        assert out.unsafe_buffer_pointer() == ptr  # the same memory
 
 
 def test_cpu_arrays_still_take_the_cpu_route(sim, pipeline):

@@ -103,8 +103,6 @@ class Adapter(ABC):
     # Whether it exports a read-only array's legacy capsule (unflagged: a legacy capsule cannot say
     # read-only) instead of refusing it as NumPy does (JAX): read by ``_handoff.decide``.
     exports_readonly_legacy: ClassVar[bool] = False
-    # Whether capabilities() can change during the process (the fast route then checks it on every call).
-    dynamic_capabilities: ClassVar[bool] = False
 
     def __init__(self) -> None:
         cls = type(self)
@@ -195,6 +193,11 @@ class Adapter(ABC):
 
     def hint(self, dtype: str) -> str | None:
         """A runtime setting that would let this framework hold ``dtype`` (for error messages)."""
+        return None
+
+    def caps_switch(self) -> tuple[Any, str] | None:
+        """``(object, attribute)`` whose value ``capabilities()`` depends on where it can change during the
+        process (the fast route reads it on every call, and declines where it changed); None: fixed."""
         return None
 
     def capabilities(self) -> Capabilities:

@@ -83,8 +83,6 @@ class JaxAdapter(Adapter):
 
         return jax.dlpack
 
-    dynamic_capabilities = True  # jax_enable_x64 can be switched at run time
-
     def _plain_export(self, cls: type) -> bool:
         # The concrete array class (jaxlib's ArrayImpl), not tracers; and only where JAX's own
         # export needs no correction (cannot_export / exports_uint8 rows).
@@ -113,6 +111,9 @@ class JaxAdapter(Adapter):
     def import_alignment(self, caps: Capabilities) -> int:
         # Older JAX crashes copying an unaligned CPU buffer; the pipeline copies through the host.
         return 64 if caps.copy_crashes_unaligned else 1
+
+    def caps_switch(self) -> tuple[Any, str] | None:
+        return (self.mod.config, "jax_enable_x64")  # it can be switched at run time: see capabilities()
 
     def capabilities(self) -> Capabilities:
         caps = self.caps

@@ -74,7 +74,7 @@ typedef struct {
     PyObject *importer;     /* the consumer's import: importer(capsule or carrier) */
     PyObject *api;          /* the consumer's exchange API capsule, or None */
     PyObject *routes;       /* dict: route key -> Replay or None */
-    PyObject *caps_fn;      /* capabilities() where they vary at run time, else None */
+    PyObject *caps_guard;   /* (object, attribute, value) the capability row was read under, else None */
     PyObject *caps;         /* the capability row the routes were decided for */
     PyObject *decide;       /* decide(key): the Replay (stored), or None */
     PyObject *self_type;    /* the consumer's own array type, or None */

@@ -19,7 +19,7 @@ static PyMemberDef state_members[] = {
     OBJ(StateRecord, api),
     {"versioned", T_BOOL, offsetof(StateRecord, versioned), READONLY, NULL},
     OBJ(StateRecord, routes),
-    OBJ(StateRecord, caps_fn),
+    OBJ(StateRecord, caps_guard),
     OBJ(StateRecord, caps),
     OBJ(StateRecord, decide),
     OBJ(StateRecord, self_type),
@@ -103,6 +103,9 @@ static PyObject *refuse(PyObject *record, const char *what) {
 
 /* What route.c relies on without checking again. */
 static PyObject *state_checked(StateRecord *s) {
+    if (s->caps_guard != Py_None && (!PyTuple_Check(s->caps_guard) || PyTuple_Size(s->caps_guard) != 3 ||
+                                     !PyUnicode_Check(PyTuple_GetItem(s->caps_guard, 1))))
+        return refuse((PyObject *)s, "State(caps_guard=) must be (object, attribute name, value) or None");
     if (!s->ready) return (PyObject *)s;
     if (!PyDict_Check(s->routes) || !PyList_Check(s->self_dtypes))
         return refuse((PyObject *)s, "State: a ready state needs routes= a dict and self_dtypes= a list");
@@ -112,13 +115,13 @@ static PyObject *state_checked(StateRecord *s) {
 }
 
 static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"target", "ready", "kind", "importer", "api", "versioned", "routes", "caps_fn", "caps",
+    static char *names[] = {"target", "ready", "kind", "importer", "api", "versioned", "routes", "caps_guard", "caps",
                             "decide", "self_type", "self_import", "self_dtypes", "stream_query", "deferred", NULL};
     StateRecord *s = (StateRecord *)alloc(type);
     if (s == NULL) return NULL;
     int ready = 0, versioned = 0, deferred = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OpiOOpOOOOOOOOp:State", names, &s->target, &ready, &s->kind,
-                                     &s->importer, &s->api, &versioned, &s->routes, &s->caps_fn, &s->caps, &s->decide,
+                                     &s->importer, &s->api, &versioned, &s->routes, &s->caps_guard, &s->caps, &s->decide,
                                      &s->self_type, &s->self_import, &s->self_dtypes, &s->stream_query, &deferred))
         return discard((PyObject *)s, state_members);
     s->ready = (char)ready, s->versioned = (char)versioned, s->deferred = (char)deferred;
@@ -209,7 +212,7 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         {Py_tp_new, name##_new}, {Py_tp_dealloc, name##_dealloc}, {Py_tp_members, name##_members},            \
         {Py_tp_doc, doc},        {0, NULL},                                                                   \
     }
-SLOTS(state, "State(*, target, ready, kind, importer, api, versioned, routes, caps_fn, caps, decide, self_type, "
+SLOTS(state, "State(*, target, ready, kind, importer, api, versioned, routes, caps_guard, caps, decide, self_type, "
              "self_import, self_dtypes, stream_query, deferred): a consumer's fast-route state.");
 SLOTS(producer, "Producer(*, kind, handle, guards, alias, relabels, gpu_guards, device_method, device_type, gpu_kind, "
                 "current_device): how arrays of one type are exported.");

@@ -109,11 +109,12 @@ static int begin(Call *c) {
         Py_XDECREF(id);
         if (known != 0) return known < 0 ? STEP_ERROR : STEP_DECLINE;
     }
-    if (c->state->caps_fn != Py_None) { /* capabilities that vary at run time (JAX's x64 flag) */
-        PyObject *caps = PyObject_CallNoArgs(c->state->caps_fn);
-        if (caps == NULL) return settle();
-        int same = caps == c->state->caps;
-        Py_DECREF(caps);
+    PyObject *guard = c->state->caps_guard; /* capabilities that vary at run time (JAX's x64 flag) */
+    if (guard != Py_None) {
+        PyObject *value = PyObject_GetAttr(PyTuple_GetItem(guard, 0), PyTuple_GetItem(guard, 1));
+        if (value == NULL) return settle();
+        int same = value == PyTuple_GetItem(guard, 2);
+        Py_DECREF(value);
         if (!same) return STEP_DECLINE;
     }
     return STEP_OK;

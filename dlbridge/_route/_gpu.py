@@ -84,8 +84,8 @@ def deferred(producer: Any, x: Any, device: tuple[int, int], versioned: bool, ch
     source = x if producer.alias is None else getattr(x, producer.alias)()
 
     def export_when_asked(stream: Any) -> Any:
-        capsule = source.__dlpack__(stream=stream, max_version=VERSION) if versioned else source.__dlpack__(
-            stream=stream
+        capsule = (
+            source.__dlpack__(stream=stream, max_version=VERSION) if versioned else source.__dlpack__(stream=stream)
         )
         return check(capsule)
 

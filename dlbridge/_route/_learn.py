@@ -105,7 +105,7 @@ def _prepare(target: Adapter, caps: Capabilities) -> Any:
         api=found[2],
         versioned=caps.versioned_capsules,
         routes=routes,
-        caps_fn=target.capabilities if target.dynamic_capabilities else None,
+        caps_guard=_caps_guard(target),
         caps=caps,
         decide=partial(_decide_into, routes, target, caps),
         self_type=self_type,
@@ -114,6 +114,12 @@ def _prepare(target: Adapter, caps: Capabilities) -> Any:
         stream_query=target.fast_stream_query(),
         deferred=target.asks_producer_stream,
     )
+
+
+def _caps_guard(target: Adapter) -> Any:
+    """(object, attribute, value now) where the target's capability row depends on a run-time switch."""
+    switch = target.caps_switch()
+    return None if switch is None else (switch[0], switch[1], getattr(switch[0], switch[1]))
 
 
 def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, key: int) -> Any:

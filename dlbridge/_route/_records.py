@@ -31,7 +31,7 @@ class _PyState:
     api: Any = None  # the consumer's exchange API capsule (IMPORT_EXCHANGE)
     versioned: bool = False  # whether the consumer reads versioned capsules (the kind its producer is asked for)
     routes: Any = None  # route key -> Replay, or None (the pipeline decides each time)
-    caps_fn: Any = None  # capabilities() where they vary at run time
+    caps_guard: Any = None  # (object, attribute, value) its capability row was read under, where it can vary
     caps: Any = None  # the capability row the routes were decided for
     decide: Any = None  # decide(key): the key's Replay or None, stored in routes
     self_type: Any = None  # the consumer's own array type ...

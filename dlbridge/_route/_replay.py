@@ -135,8 +135,8 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
     if fb is None:
         return _DECLINED
     try:
-        caps_fn = state.caps_fn
-        if caps_fn is not None and caps_fn() is not state.caps:
+        guard = state.caps_guard  # capabilities that vary at run time (JAX's x64 flag)
+        if guard is not None and getattr(guard[0], guard[1]) is not guard[2]:
             return _DECLINED
         if type(x) is state.self_type:  # its own array: no capsule at all, for dtypes the pipeline took
             dtype = x.dtype
