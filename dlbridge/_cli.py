@@ -246,6 +246,8 @@ def _report(args: argparse.Namespace, command: str) -> int:
     where = f"wrote {args.out}" if args.out else "done"
     print(f"dlbridge report: {where}: {len(report.cells)} cells (+{len(report.layout_cells)} layout cells) in {report.meta['elapsed_s']} s, {crashes} native "
           f"crashes, {len(failures)} dlbridge failures, {len(disagree)} table disagreements", file=sys.stderr)  # fmt: skip
+    for note in report.meta.get("support") or ():
+        print(f"dlbridge report: {note}", file=sys.stderr)
     if report.meta["partial"]:
         print("dlbridge report: interrupted; the partial report was written", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -280,7 +280,9 @@ class Adapter(ABC):
         ``expected`` (by identity), else the pipeline converts ``x``; ``alias`` names a method whose
         result is exported instead of ``x``; ``relabel`` maps ``x.dtype`` to ``(d, triple)``: export
         ``x.view(d)`` and write dtype ``code | bits << 8 | lanes << 16`` into its capsule (dtypes the
-        framework holds but cannot export). None: arrays of ``cls`` always take the pipeline."""
+        framework holds but cannot export). None: arrays of ``cls`` always take the pipeline. Where the
+        framework's rows say its capsules mislabel a dtype (``exports_uint8``), only kind 2 (an export through
+        this adapter, which relabels them) is kept: the route never replays such a producer's raw capsule."""
         return (0, None, (), None, None) if cls is self.array_class() else None
 
     def fast_gpu_export(self, cls: type) -> GpuExport | None:

@@ -3,6 +3,9 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from .._capsule_edit import relabel
+from .._capsule_probe import probe
+from .._dtypes import BY_NAME
 from .._errors import UnsupportedDtypeError
 from ._base import Adapter, FastExport, GpuExport, Prober, export_capsule
 from ._numpy import numpy_dtype, raw_bits
@@ -81,11 +84,23 @@ class CupyAdapter(Adapter):
         cannot = self.caps.cannot_export
         name = getattr(obj.dtype, "name", "")
         if cannot and name in cannot:
+            bits = f"x.view(cupy.uint{obj.dtype.itemsize * 8})" + (
+                ", or x.view(cupy.uint8)" if obj.dtype.itemsize > 1 else ""
+            )
             raise UnsupportedDtypeError(
                 f"CuPy {self.version} cannot export {name} arrays through DLPack (it holds them only as a view "
-                f"of other bits); hand over its bits: x.view(cupy.uint{obj.dtype.itemsize * 8}), or x.view(cupy.uint8)"
+                f"of other bits); hand over its bits: {bits}"
             )
-        return export_capsule(obj, stream=stream, max_version=max_version)
+        capsule = export_capsule(obj, stream=stream, max_version=max_version)
+        true = BY_NAME.get(name)
+        if true is not None and true.code != 2:
+            # CuPy labels a capsule by the dtype's NumPy kind (dlpack.pyx v14.2.0 lines 75-97): ml_dtypes gives
+            # float8_e5m2 kind 'f', so its capsule says kDLFloat with 8 bits, which no consumer reads right
+            # (capability row exports_as_float). The array's own dtype says which one: relabelled, zero-copy.
+            raw = probe(capsule)
+            if raw is not None and (raw[8], raw[9], raw[10]) == (2, true.bits, true.lanes):
+                relabel(capsule, true)
+        return capsule
 
     def has_cuda(self) -> bool:
         try:

@@ -218,6 +218,8 @@ def _checked_info(code: int, bits: int, lanes: int, device_type: int, device_id:
             "device_code": device_type,
         },
     )
+    if code == 2 and bits == 8:  # kDLFloat, 8 bits: refused for every consumer, the fast routes' included
+        _ambiguous_float8(info)
     size = prod(shape)
     if size:
         if not data:
@@ -229,6 +231,19 @@ def _checked_info(code: int, bits: int, lanes: int, device_type: int, device_id:
         else:
             _check_reach(info)
     return info
+
+
+def _ambiguous_float8(info: DLPackInfo) -> NoReturn:
+    # DLPack 1.1 (dlpack.h DLDataTypeCode) gives each 8-bit float format a code of its own: kDLFloat
+    # with 8 bits names none of them, and consumers refuse or misread it. A producer that labels a dtype
+    # by its kind alone makes it (dlbridge's rows: "exports_as_float"); that producer's adapter relabels
+    # its own exports, so only a bare capsule (or an unknown producer's) gets here.
+    raise CapsuleError(
+        f"DLPack capsule for {info.describe()} says kDLFloat with 8 bits, a dtype DLPack does not define: each "
+        "8-bit float format has a code of its own (kDLFloat8_e4m3fn = 10, kDLFloat8_e5m2 = 12, ...; DLPack 1.1), "
+        "so which one it holds cannot be told. Pass the array itself rather than its capsule (dlbridge relabels "
+        "the exports of producers it knows), or hand over its bits: x.view(uint8)"
+    )
 
 
 def _unsupported_major(major: int, minor: int) -> NoReturn:

@@ -20,7 +20,7 @@ from .._dtypes import BY_TRIPLE
 from .._options import FALLBACKS
 from .._pipeline._devices import home_of
 from .._pipeline._handoff import decide
-from ._records import EXPORT_EXCHANGE, EXPORT_METHOD, Producer, Replay, State
+from ._records import EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD, Producer, Replay, State
 
 __all__ = ["SPECS", "DEVICE_SHIFT", "DEVICE_ID_SHIFT", "producers", "spec_for", "new_state", "learn"]
 
@@ -77,6 +77,9 @@ def _producer(cls: type, source: Adapter | None) -> Any:
     export (``Adapter.fast_gpu_export``), either of which may be absent; None: neither."""
     export = source.fast_export(cls) if source is not None else None
     gpu = source.fast_gpu_export(cls) if source is not None else None
+    if source is not None and source.caps.exports_uint8:  # its own capsules mislabel a dtype: only its
+        export = export if export is not None and export[0] == EXPORT_FUNCTION else None  # adapter's export
+        gpu = None  # (kind 2) relabels them
     if export is None and gpu is None:
         return None
     kind, handle, guards, alias, relabels = export if export is not None else (EXPORT_METHOD, None, None, None, None)

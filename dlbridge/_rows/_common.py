@@ -36,11 +36,34 @@ FEATURES = (
     # capabilities() then adds the kinds registered to "imports", and it exports them itself
     "dtype_registry",
     "copies_imports",  # its from_dlpack always copies a CPU capsule (never shares it): copy=False is refused
+    # as a producer: its __dlpack__ takes no max_version and makes legacy capsules only, which cannot
+    # say READ_ONLY (its adapter refuses to export read-only arrays that way: ReadOnlyError, or copy=True)
+    "exports_legacy_only",
+    # its from_dlpack(x) imports a uint8-labelled capsule as bool where x itself says bool (its dtype):
+    # a producer that labels bool uint8 ("exports_uint8") still reaches it as bool
+    "detects_bool_sources",
 )
 # Producer rows: "exports_uint8" lists dtypes whose capsules the producer labels uint8;
-# "cannot_export" dtypes it holds but cannot put in a capsule at all.
-PRODUCER_KINDS = ("exports_uint8", "cannot_export")
+# "exports_as_float" dtypes it labels kDLFloat of their width (kDLFloat with 8 bits for a float8 kind:
+# no dtype DLPack defines, which every consumer refuses or misreads); "cannot_export" dtypes it holds
+# but cannot put in a capsule at all. dlbridge's export through the producer's adapter relabels the
+# first two with the true dtype, zero-copy.
+PRODUCER_KINDS = ("exports_uint8", "exports_as_float", "cannot_export")
 KINDS = ("imports", "holds", *FEATURES, *PRODUCER_KINDS)
+
+
+class Support(NamedTuple):
+    """What dlbridge supports of one framework, beside its rows: the floors and the probed range.
+
+    ``extra`` is pyproject's install extra for it, the framework's own requirement first (its floor:
+    ``dlbridge doctor`` and ``dlbridge report`` flag an installed version below it); the others are
+    what the extra installs beside it ("ml_dtypes>=0.4"). tests/test_versions.py checks pyproject
+    against it. ``probed``: the oldest and newest release the rows were checked on (a release prefix:
+    "2.13" covers 2.13.x); outside it the rows' predictions are unverified, and both commands say so.
+    """
+
+    extra: tuple[str, ...]
+    probed: tuple[str, str]
 
 
 class Row(NamedTuple):

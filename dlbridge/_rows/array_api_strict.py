@@ -8,9 +8,12 @@ so what it shares and reads follows the installed NumPy.
 
 from __future__ import annotations
 
-from ._common import CORE, Row, row
+from ._common import CORE, Row, Support, row
 
 _PROBE = "probe 2026-11-25 (array-api-strict 2.6.1, numpy 2.4.6, torch 2.13)"
+
+# probed: array-api-strict 2.6.1 (latest stack)
+SUPPORT = Support(extra=("array-api-strict>=2.6", "numpy>=2.1"), probed=("2.6", "2.6"))
 
 ROWS: tuple[Row, ...] = (
     row(

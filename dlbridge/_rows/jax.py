@@ -12,8 +12,12 @@ from ._common import (
     ML_DTYPES_FP4,
     NEW_FP8,
     Row,
+    Support,
     row,
 )
+
+# probed: the version matrix (0.4.30, 0.7.1, 0.10.2, 0.12.0) and the rows' probes; 0.11.2 on the H100 run
+SUPPORT = Support(extra=("jax>=0.4.30", "numpy>=1.26", "ml_dtypes>=0.4"), probed=("0.4.30", "0.12"))
 
 ROWS: tuple[Row, ...] = (
     row("jax", "imports", CORE, "0.2", source="jax.dlpack.from_dlpack (jaxlib dlpack.cc type table)"),

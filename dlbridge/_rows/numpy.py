@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from .._dtypes import FLOAT8
-from ._common import CORE, ML_DTYPES_05, ML_DTYPES_FP4, NEW_FP8, Row, row
+from ._common import CORE, ML_DTYPES_05, ML_DTYPES_FP4, NEW_FP8, Row, Support, row
+
+# probed: the version matrix: 1.26.4, 2.1.3, 2.4.6, 2.5.5; 2.5.2 on the H100 run
+SUPPORT = Support(extra=("numpy>=1.26", "ml_dtypes>=0.4"), probed=("1.26", "2.5"))
 
 ROWS: tuple[Row, ...] = (
     row("numpy", "imports", CORE, "1.22", source="NumPy 1.22 notes: np.from_dlpack"),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ._common import CORE, WIDE_UINTS, Row, row
+from ._common import CORE, WIDE_UINTS, Row, Support, row
+
+# probed: paddlepaddle 3.3.1 (latest stack)
+SUPPORT = Support(extra=("paddlepaddle>=3.3",), probed=("3.3", "3.3"))
 
 ROWS: tuple[Row, ...] = (
     row(

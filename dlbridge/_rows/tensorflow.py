@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ._common import CORE, Row, row
+from ._common import CORE, Row, Support, row
+
+# probed: tensorflow-cpu 2.21.0 (latest stack)
+SUPPORT = Support(extra=("tensorflow>=2.21", "ml_dtypes>=0.5.1"), probed=("2.21", "2.21"))
 
 ROWS: tuple[Row, ...] = (
     row(

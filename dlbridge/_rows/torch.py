@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ._common import CORE, TORCH_FP8, WIDE_UINTS, Row, row
+from ._common import CORE, TORCH_FP8, WIDE_UINTS, Row, Support, row
+
+# probed: torch 2.13 in every stack of the version matrix; 2.11.0+cu130 on the H100 run of 2026-11-27
+SUPPORT = Support(extra=("torch>=2.13",), probed=("2.11", "2.13"))
 
 ROWS: tuple[Row, ...] = (
     row(
