@@ -71,7 +71,23 @@ class CupyAdapter(Adapter):
         # stream (cupy/_core/core.pyx __dlpack__): the route takes arrays on the current device only.
         if cls is not self.array_class():
             return None
-        return GpuExport((), "__dlpack_device__", 0, 0, current_device=self.mod.cuda.runtime.getDevice)
+        kind = 0 if self.caps.versioned_capsules else 3  # CuPy < 14's __dlpack__ takes no max_version
+        return GpuExport(
+            (),
+            "__dlpack_device__",
+            0,
+            kind,
+            current_device=self.mod.cuda.runtime.getDevice,
+            relabels=self._float_relabels,
+        )
+
+    @property
+    def _float_relabels(self) -> dict[Any, tuple[None, int]] | None:
+        """The dtypes CuPy labels kDLFloat of their width (exports_as_float: e5m2, kind 'f'), and the dtype
+        triple their capsule gets (what export() does: the array's own dtype says which one)."""
+        found = {numpy_dtype(name): (None, d.code | d.bits << 8 | d.lanes << 16)
+                 for name in self.caps.exports_as_float if (d := BY_NAME.get(name)) is not None}  # fmt: skip
+        return found or None
 
     def fast_stream_query(self) -> Any:
         cuda = self.mod.cuda

@@ -85,7 +85,8 @@ static int on_current_device(Call *c) {
 
 /* source.__dlpack__(stream=stream[, max_version=(1, 3)]) into c->capsule: the producer's own handshake. */
 static int export_with_stream(Call *c, PyObject *source, PyObject *stream) {
-    PyObject *kwargs = c->state->versioned ? PyDict_Copy(g_versioned_kw) : PyDict_New();
+    int versioned = c->state->versioned && c->producer->gpu_kind != EXPORT_METHOD_LEGACY; /* before DLPack 1.0 */
+    PyObject *kwargs = versioned ? PyDict_Copy(g_versioned_kw) : PyDict_New();
     PyObject *method = PyObject_GetAttr(source, g_dunder);
     int ok = kwargs != NULL && method != NULL && PyDict_SetItem(kwargs, g_stream, stream) == 0;
     c->capsule = ok ? PyObject_Call(method, g_empty, kwargs) : NULL;
@@ -96,7 +97,8 @@ static int export_with_stream(Call *c, PyObject *source, PyObject *stream) {
 
 /* x's export for a consumer reading on `stream`, the handshake done (see the top of this file). */
 static int export_gpu(Call *c, long long stream) {
-    PyObject *source = export_source(c, NULL); /* x, or its alias */
+    long long forced = -1;
+    PyObject *source = export_source(c, &forced); /* x, or its alias */
     if (source == NULL) return settle();
     int step = STEP_OK, same = 0;
     if (c->producer->gpu_kind == EXPORT_EXCHANGE) {
@@ -113,7 +115,7 @@ static int export_gpu(Call *c, long long stream) {
         Py_XDECREF(value);
     }
     Py_DECREF(source);
-    return step == STEP_OK ? read_export(c, -1) : step;
+    return step == STEP_OK ? read_export(c, forced) : step;
 }
 
 /* --- Deferred: the export inside the consumer's import, with the stream it passes ---------------- */
@@ -136,10 +138,11 @@ static PyObject *deferred_dlpack(PyObject *obj, PyObject *args, PyObject *kwargs
     }
     PyObject *stream = kwargs != NULL ? PyDict_GetItemWithError(kwargs, g_stream) : NULL;
     if (stream == NULL && PyErr_Occurred()) return NULL;
-    PyObject *source = export_source(c, NULL);
+    long long forced = -1;
+    PyObject *source = export_source(c, &forced);
     int step = source != NULL ? export_with_stream(c, source, stream != NULL ? stream : Py_None) : settle();
     Py_XDECREF(source);
-    if (step == STEP_OK) step = read_export(c, -1);
+    if (step == STEP_OK) step = read_export(c, forced);
     if (step == STEP_OK) step = find_route(c);
     c->handover = 0; /* exported for the consumer's own stream: never handed to the pipeline */
     if (step == STEP_OK) {

@@ -160,23 +160,22 @@ int check_guards(Call *c, PyObject *guards) {
     return STEP_OK;
 }
 
-/* What is exported: x, its alias (x.detach()), or x.view(d) for a dtype the framework cannot export
- * (then *forced is the dtype triple its capsule gets). A new reference, or NULL with an error. */
+/* What is exported: x, its alias (x.detach()), or x.view(d) for a dtype the framework cannot export; for
+ * a relabelled dtype *forced is the dtype triple its capsule gets (its export labels it wrongly, or it is
+ * the view's). A new reference, or NULL with an error. */
 PyObject *export_source(Call *c, long long *forced) {
     PyObject *x = c->args[1], *relabels = c->producer->relabels, *alias = c->producer->alias;
-    if (forced != NULL && relabels != Py_None && PyDict_Size(relabels) > 0) { /* a dict or None (records.c) */
+    if (relabels != Py_None && PyDict_Size(relabels) > 0) { /* a dict or None (records.c) */
         PyObject *dtype = PyObject_GetAttr(x, g_dtype);
         PyObject *entry = dtype ? PyDict_GetItemWithError(relabels, dtype) : NULL;
         Py_XINCREF(entry);
         Py_XDECREF(dtype);
         if (entry != NULL) {
-            PyObject *view = NULL;
-            if (PyTuple_Check(entry) && PyTuple_Size(entry) == 2) {
-                *forced = PyLong_AsLongLong(PyTuple_GetItem(entry, 1));
-                view = *forced < 0 ? NULL : PyObject_CallMethodObjArgs(x, g_view, PyTuple_GetItem(entry, 0), NULL);
-            }
+            PyObject *view = NULL, *as = PyTuple_Check(entry) && PyTuple_Size(entry) == 2 ? PyTuple_GetItem(entry, 0) : NULL;
+            *forced = as != NULL ? PyLong_AsLongLong(PyTuple_GetItem(entry, 1)) : -1;
+            if (*forced >= 0 && as != Py_None) view = PyObject_CallMethodObjArgs(x, g_view, as, NULL);
             Py_DECREF(entry);
-            return view;
+            if (*forced < 0 || as != Py_None) return view;
         }
         if (PyErr_Occurred()) return NULL;
     }

@@ -28,8 +28,9 @@ from typing import Any
 
 from .._capsule._abi import dlpack_stream
 from .._capsule._carriers import DeferredCarrier
+from .._capsule._edit import relabel_triple
 from .._capsule._exchange import current_work_stream, export_exchange
-from ._records import EXPORT_EXCHANGE
+from ._records import EXPORT_EXCHANGE, EXPORT_METHOD_LEGACY
 
 __all__ = ["device_of", "consumer_stream", "export", "Declined"]
 
@@ -64,29 +65,47 @@ def consumer_stream(state: Any, device: tuple[int, int]) -> int | None:
     return dlpack_stream(int(handle), device[0])
 
 
+def _source(producer: Any, x: Any) -> tuple[Any, int | None]:
+    """What is exported (x, its alias, or a view), and the dtype triple its capsule is given (None: as it is):
+    the Producer's relabels, as the CPU export reads them."""
+    relabel = producer.relabels.get(x.dtype) if producer.relabels else None
+    if relabel is not None and relabel[0] is not None:
+        return x.view(relabel[0]), relabel[1]
+    return (x if producer.alias is None else getattr(x, producer.alias)()), None if relabel is None else relabel[1]
+
+
+def _dlpack(source: Any, stream: Any, versioned: bool) -> Any:
+    return source.__dlpack__(stream=stream, max_version=VERSION) if versioned else source.__dlpack__(stream=stream)
+
+
+def _labelled(capsule: Any, triple: int | None) -> Any:
+    if triple is not None:
+        relabel_triple(capsule, triple)
+    return capsule
+
+
 def export(producer: Any, x: Any, device: tuple[int, int], stream: int, versioned: bool) -> Any:
     """x's capsule for a consumer reading on ``stream``, the handshake done; None: declined, nothing exported."""
-    source = x if producer.alias is None else getattr(x, producer.alias)()
+    source, triple = _source(producer, x)
     same = False
     if producer.gpu_kind == EXPORT_EXCHANGE:
         mine = current_work_stream(producer.handle, device)
         same = mine is not None and dlpack_stream(int(mine), device[0]) == stream
     if same and versioned:  # (the exchange API makes versioned tensors; the compiled route wraps legacy ones)
-        return export_exchange(producer.handle, source)  # no event needed: the consumer's stream is the producer's
+        return _labelled(export_exchange(producer.handle, source), triple)  # no event: the consumer's stream
     if not same and producer.current_device is not None and producer.current_device() != device[1]:
         return None  # its handshake is made on the current device: the pipeline switches to x's first
-    return source.__dlpack__(stream=stream, max_version=VERSION) if versioned else source.__dlpack__(stream=stream)
+    return _labelled(_dlpack(source, stream, versioned and producer.gpu_kind != EXPORT_METHOD_LEGACY), triple)
 
 
 def deferred(producer: Any, x: Any, device: tuple[int, int], versioned: bool, check: Any) -> DeferredCarrier:
     """A carrier whose ``__dlpack__(stream=S)`` exports x with the consumer's own S (the producer's
     handshake), then ``check(capsule)``: the capsule, relabelled as its stored route says; else ``Declined``."""
-    source = x if producer.alias is None else getattr(x, producer.alias)()
+    source, triple = _source(producer, x)
+
+    versioned = versioned and producer.gpu_kind != EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
 
     def export_when_asked(stream: Any) -> Any:
-        capsule = (
-            source.__dlpack__(stream=stream, max_version=VERSION) if versioned else source.__dlpack__(stream=stream)
-        )
-        return check(capsule)
+        return check(_labelled(_dlpack(source, stream, versioned), triple))
 
     return DeferredCarrier(export_when_asked, device)

@@ -89,6 +89,7 @@ def _producer(cls: type, source: Adapter | None) -> Any:
         fields = {"gpu_guards": tuple(gpu.guards), "device_method": gpu.device_method, "device_type": gpu.device_type,
                   "gpu_kind": gpu_kind, "current_device": gpu.current_device}  # fmt: skip
         alias = alias if export is not None else gpu.alias
+        relabels = relabels if export is not None else gpu.relabels
     return Producer(kind=kind, handle=handle, guards=None if guards is None else tuple(guards), alias=alias,
                     relabels=relabels, **fields)  # fmt: skip
 
