@@ -7,7 +7,8 @@ from .._capsule._edit import relabel
 from .._capsule._probe import probe
 from .._dtypes import BY_NAME
 from .._errors import UnsupportedDtypeError
-from ._base import Adapter, FastExport, GpuExport, Prober, export_capsule
+from ._base import Adapter, Prober, export_capsule
+from ._fast import FastExport, FastRoute, GpuExport
 from ._numpy import numpy_dtype, raw_bits
 
 
@@ -47,15 +48,10 @@ class CupyProber(Prober):
         return name.decode() if isinstance(name, bytes) else str(name)
 
 
-class CupyAdapter(Adapter):
-    name = "cupy"
-    module = "cupy"
-    array_type = ("cupy", "ndarray")
-    producer_modules = ("cupy", "cupy_backends")
+class CupyAdapter(FastRoute, Adapter):
     device_codes = frozenset({2, 13})
     display = "CuPy"
     prober_class = CupyProber
-    to_doc = 'CPU sources need ``device="cuda"`` or ``copy=True``.'
     # cupy-cuda12x and friends are found through importlib.metadata.packages_distributions().
     distributions = ("cupy",)
     extra = "cupy"

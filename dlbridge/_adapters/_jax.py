@@ -9,7 +9,8 @@ from .._capsule._edit import relabel
 from .._capsule._read import GPU_CODES
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, FastExport, GpuExport, Prober, export_capsule
+from ._base import Adapter, Prober, export_capsule
+from ._fast import FastExport, FastRoute, GpuExport
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
 
@@ -48,12 +49,7 @@ class JaxProber(Prober):
         return str(self.mod.devices("gpu")[0].device_kind)
 
 
-class JaxAdapter(Adapter):
-    name = "jax"
-    module = "jax"
-    array_type = ("jax", "Array")
-    producer_modules = ("jax", "jaxlib")
-    module_aliases = ("jax.numpy",)
+class JaxAdapter(FastRoute, Adapter):
     device_codes = frozenset({1, 2, 10})
     display = "JAX"
     prober_class = JaxProber

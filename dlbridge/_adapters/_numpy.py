@@ -7,11 +7,12 @@ from operator import methodcaller
 from typing import Any
 
 from .._capabilities import Capabilities, installed_version
-from .._capsule._edit import relabel
+from .._capsule._edit import mark_padded, relabel
 from .._capsule._read import read
 from .._dtypes import BY_NAME
 from .._errors import MissingFrameworkError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
+from ._base import Adapter, AsIs, Prober, export_capsule
+from ._fast import FastExport, FastRoute
 
 _ALIGN = 64
 
@@ -98,21 +99,14 @@ class NumpyProber(Prober):
         return self.mod.array(arr, copy=True)
 
 
-class NumpyAdapter(Adapter):
-    name = "numpy"
-    module = "numpy"
-    aliases = ("np",)
-    array_type = ("numpy", "ndarray")
-    producer_modules = ("numpy",)
+class NumpyAdapter(FastRoute, Adapter):
     device_codes = frozenset({1})
     display = "NumPy"
     prober_class = NumpyProber
-    to_doc = "bf16/fp8 arrive as ml_dtypes arrays sharing the memory."
     distributions = ("numpy",)
     companions = ("ml_dtypes",)  # bf16/fp8 NumPy dtypes
     extra = "numpy"
     producer_devices = ("cpu",)
-    host = True
     wrap_call = "numpy.asarray"
     dtype_addon = "ml_dtypes"
     readonly_imports_note = (
@@ -230,9 +224,11 @@ class NumpyAdapter(Adapter):
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
         if obj.dtype.name == "float4_e2m1fn" and obj.dtype.type.__module__ == "ml_dtypes" and dtype is None:
-            from .._pipeline._subbyte import padded_export  # one value a byte, which NumPy cannot export
-
-            return padded_export(obj)  # its bytes, labelled fp4 and flagged padded: dlbridge repacks them
+            # One value a byte, which NumPy cannot export: its bytes, versioned whatever the consumer reads,
+            # labelled fp4 and flagged padded (the pipeline's fp4 plan reads the flag and repacks them).
+            capsule = export_capsule(obj.view(self.mod.uint8), stream=None, max_version=(1, 3))
+            mark_padded(capsule, BY_NAME["float4_e2m1fn"])
+            return capsule
         if obj.dtype.isnative:
             return super().export_failed(obj, stream=stream, max_version=max_version, copy=copy, target=target,
                                          dtype=dtype)  # fmt: skip
@@ -287,7 +283,7 @@ class NumpyAdapter(Adapter):
 
     @cached_property
     def _masked(self) -> Adapter:
-        return _MaskedArrays()
+        return _MaskedArrays(self.framework)
 
     def readonly_alias(self, arr: Any) -> Any | None:
         return None if arr.flags.writeable else arr.view()  # same memory, read-only, as NumPy >= 2.1 gives

@@ -10,7 +10,8 @@ from .._capabilities import Capabilities
 from .._capsule._exchange import current_work_stream, is_exchange_api
 from .._capsule._read import GPU_CODES, device_name
 from .._errors import DLBridgeError, ProducerError
-from ._base import Adapter, AsIs, FastExport, GpuExport, Prober, export_capsule
+from ._base import Adapter, AsIs, Prober, export_capsule
+from ._fast import FastExport, FastRoute, GpuExport
 from ._numpy import aligned_copy, raw_bits
 
 # torch's Tensor.__dlpack__ refuses a tensor that requires grad or has its conjugate bit set, but
@@ -91,12 +92,7 @@ class TorchProber(Prober):
         return str(self.mod.cuda.get_device_name(0))
 
 
-class TorchAdapter(Adapter):
-    name = "torch"
-    module = "torch"
-    aliases = ("pytorch",)
-    array_type = ("torch", "Tensor")
-    producer_modules = ("torch",)
+class TorchAdapter(FastRoute, Adapter):
     device_codes = frozenset({1, 2, 10})
     display = "PyTorch"
     prober_class = TorchProber
@@ -168,7 +164,7 @@ class TorchAdapter(Adapter):
 
     @cached_property
     def _fake(self) -> Adapter:
-        return _FakeTensors()
+        return _FakeTensors(self.framework)
 
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 
-__all__ = ["LEGACY", "VERSIONED", "USED", "SUPPORTED_MAJOR", "FLAG_READ_ONLY", "FLAG_IS_COPIED", "MAX_NDIM",
+__all__ = ["LEGACY", "VERSIONED", "USED", "SUPPORTED_MAJOR", "FLAG_READ_ONLY", "FLAG_IS_COPIED", "FLAG_PADDED", "MAX_NDIM",
            "CapsuleType", "DEVICE_CODES", "GPU_CODES", "DEVICE_ALIASES", "alias_device", "device_name",
            "dlpack_stream"]  # fmt: skip
 
@@ -16,6 +16,7 @@ USED = (b"used_dltensor", b"used_dltensor_versioned")
 SUPPORTED_MAJOR = 1
 FLAG_READ_ONLY = 1 << 0
 FLAG_IS_COPIED = 1 << 1
+FLAG_PADDED = 1 << 2  # DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (dlpack.h, DLPack 1.1)
 # Sanity bound on ndim: DLPack sets none, but no real array has more than a few dozen.
 MAX_NDIM = 64
 

@@ -4,15 +4,22 @@ and what it received in front of the conversion's own message."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .._errors import DLBridgeError
 from .._pipeline._convert import inspect
 
-if TYPE_CHECKING:
-    from ._call import _Spec
-
 __all__ = ["in_context", "call_head", "describe", "usage"]
+
+
+class _Spec(Protocol):
+    """What the wording reads of a guarded function's settings (``_call._Spec``)."""
+
+    name: str
+    to_label: str
+
+    def label(self, where: tuple[Any, ...]) -> str: ...
+
 
 _CALL_PREFIX = re.compile(r"^(to_\w+\(\)|\w+): ")
 

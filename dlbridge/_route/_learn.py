@@ -13,7 +13,8 @@ import sys
 from functools import partial
 from typing import Any
 
-from .._adapters import ADAPTERS, Adapter, adapter_for
+from .._adapters import Adapter, adapter_for
+from .._adapters._fast import FastRoute
 from .._capabilities import Capabilities
 from .._capsule._read import DLPackInfo, device_name
 from .._dtypes import BY_TRIPLE
@@ -21,6 +22,7 @@ from .._options import FALLBACKS
 from .._pipeline._devices import home_of
 from .._pipeline._handoff import decide
 from ._records import EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD, Producer, Replay, State
+from ._specs import SPECS
 
 __all__ = ["SPECS", "DEVICE_SHIFT", "DEVICE_ID_SHIFT", "producers", "spec_for", "new_state", "learn"]
 
@@ -31,12 +33,10 @@ producers: dict[type, Any] = {}
 _seen: dict[type, int] = {}
 
 
-def new_state(target: Adapter) -> Any:
-    """A state not yet prepared: the next conversion through the pipeline prepares it."""
+def new_state(target: Adapter | str) -> Any:
+    """A state not yet prepared (its target an adapter, or a registry name: ``_specs``): the next
+    conversion through the pipeline prepares it."""
     return State(target=target)
-
-
-SPECS: dict[str, list[Any]] = {name: [new_state(a)] for name, a in ADAPTERS.items()}
 
 
 def spec_for(target: Adapter) -> list[Any]:
@@ -72,12 +72,14 @@ def learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
     producers[cls] = producer
 
 
-def _producer(cls: type, source: Adapter | None) -> Any:
+def _producer(cls: type, source: Any) -> Any:
     """How arrays of type ``cls`` take the route: their CPU export (``Adapter.fast_export``) and their GPU
     export (``Adapter.fast_gpu_export``), either of which may be absent; None: neither."""
-    export = source.fast_export(cls) if source is not None else None
-    gpu = source.fast_gpu_export(cls) if source is not None else None
-    if source is not None and source.caps.exports_uint8:  # its own capsules mislabel a dtype: only its
+    if not isinstance(source, FastRoute):  # an adapter without the route's part: the pipeline every time
+        return None
+    export = source.fast_export(cls)
+    gpu = source.fast_gpu_export(cls)
+    if source.caps.exports_uint8:  # its own capsules mislabel a dtype: only its
         export = export if export is not None and export[0] == EXPORT_FUNCTION else None  # adapter's export
         gpu = None  # (kind 2) relabels them
     if export is None and gpu is None:
@@ -96,6 +98,8 @@ def _producer(cls: type, source: Adapter | None) -> Any:
 
 def _prepare(target: Adapter, caps: Capabilities) -> Any:
     """The target's state for capability row ``caps``: a new State (routes decided afresh)."""
+    if not isinstance(target, FastRoute):  # an adapter without the route's part: the pipeline every time
+        return State(target=target, caps=caps)
     found = target.fast_import(caps)
     if found is None:
         return State(target=target, caps=caps)
@@ -120,13 +124,13 @@ def _prepare(target: Adapter, caps: Capabilities) -> Any:
     )
 
 
-def _caps_guard(target: Adapter) -> Any:
+def _caps_guard(target: FastRoute) -> Any:
     """(object, attribute, value now) where the target's capability row depends on a run-time switch."""
     switch = target.caps_switch()
     return None if switch is None else (switch[0], switch[1], getattr(switch[0], switch[1]))
 
 
-def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, key: int) -> Any:
+def _decide_into(routes: dict[int, Any], target: FastRoute, caps: Capabilities, key: int) -> Any:
     route = _decide(target, caps, key)
     if len(routes) >= 1024:  # dtype codes are few; a bound all the same
         routes.clear()
@@ -134,7 +138,7 @@ def _decide_into(routes: dict[int, Any], target: Adapter, caps: Capabilities, ke
     return route
 
 
-def _decide(target: Adapter, caps: Capabilities, key: int) -> Any:
+def _decide(target: FastRoute, caps: Capabilities, key: int) -> Any:
     """The route for one (consumer row, dtype, fallback, device): a Replay of the record ``decide`` makes
     for a plain capsule of that dtype on that device (dense C order, writable, the capsule kind the
     consumer reads), where the record says the route may replay it (``Handoff.admits``: a native import

@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .._accelerator import accel
+from .._adapters import adapter_named
 from .._capsule._carriers import Carrier
 from .._capsule._edit import relabel_triple, restore_triple
 from .._capsule._exchange import export_exchange
@@ -83,6 +84,8 @@ def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, c
     """What both routes decline to: the full pipeline converts x, then the route learns from it.
     ``exported``: x's capsule, which the route exported and declined before any consumer saw it; the
     pipeline reads it instead of exporting x again."""
+    if type(spec[0].target) is str:  # a spec not yet used (_specs): its target by name
+        spec[0] = new_state(adapter_named(spec[0].target))
     target = spec[0].target
     result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream, exported)
     learn(spec, target, x, result if dtype is device is copy is stream is None else None)

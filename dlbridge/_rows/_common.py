@@ -1,4 +1,5 @@
-"""What the per-framework row modules share: the row type, its kinds, and dtype sets."""
+"""What the per-framework modules share: the registry entry (``Framework``), the row type, its kinds,
+and dtype sets."""
 
 from __future__ import annotations
 
@@ -74,6 +75,30 @@ class Row(NamedTuple):
     until: str | None  # first version without it (exclusive); None = still
     requires: str | None  # modules that must be installed, optionally ">=version", comma-separated (all of them)
     source: str
+
+
+class Framework(NamedTuple):
+    """A framework as the registry lists it: what dlbridge knows without importing the framework or its
+    adapter (its names, how its arrays are recognised through ``sys.modules``) and where its adapter lives.
+
+    Each framework module here sets one (``FRAMEWORK``) beside its ``ROWS``; ``dlbridge._rows.register``
+    adds one at run time. The adapter class is imported when first needed (a conversion, the detection of
+    an array of the framework once it is loaded, the report) and made with this entry."""
+
+    name: str  # dlbridge's name for it: to_<name>(), convert(x, "<name>"), its rows' consumer
+    module: str  # what ``import`` loads
+    array_type: tuple[str, str]  # (module in sys.modules, attribute) of its array class
+    adapter: str  # where its Adapter subclass lives: "package.module:Class"
+    aliases: tuple[str, ...] = ()  # other names for it, CLI names too ("pytorch", "np")
+    # Other modules that name it as a target (convert(x, "jax.numpy")); unlike aliases, not CLI names.
+    module_aliases: tuple[str, ...] = ()
+    producer_modules: tuple[str, ...] = ()  # top-level __module__ names of its arrays
+    # The CPU framework any DLPack CPU capsule can land in (staging for copies, the report's reference
+    # arrays): exactly one framework is the host.
+    host: bool = False
+    # False: dlbridge reads its arrays but never converts into it (no to_<name>, no consumer rows, a row
+    # of the report but no column).
+    target: bool = True
 
 
 def row(consumer: str, what: str, dtypes: Iterable[str] = (), since: str | None = None, until: str | None = None,

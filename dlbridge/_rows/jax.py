@@ -11,6 +11,7 @@ from ._common import (
     ML_DTYPES_05,
     ML_DTYPES_FP4,
     NEW_FP8,
+    Framework,
     Row,
     Support,
     row,
@@ -18,6 +19,16 @@ from ._common import (
 
 # probed: the version matrix (0.4.30, 0.7.1, 0.10.2, 0.12.0) and the rows' probes; 0.11.2 on the H100 run
 SUPPORT = Support(extra=("jax>=0.4.30", "numpy>=1.26", "ml_dtypes>=0.4"), probed=("0.4.30", "0.12"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="jax",
+    module="jax",
+    array_type=("jax", "Array"),
+    adapter="dlbridge._adapters._jax:JaxAdapter",
+    module_aliases=("jax.numpy",),
+    producer_modules=("jax", "jaxlib"),
+)
 
 ROWS: tuple[Row, ...] = (
     row("jax", "imports", CORE, "0.2", source="jax.dlpack.from_dlpack (jaxlib dlpack.cc type table)"),
