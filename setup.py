@@ -18,6 +18,7 @@ setup(
                 "dlbridge/_csrc/objects.c",
                 "dlbridge/_csrc/carrier.c",
                 "dlbridge/_csrc/gpu.c",
+                "dlbridge/_csrc/steps.c",
                 "dlbridge/_csrc/records.c",
             ],
             depends=["dlbridge/_csrc/accel.h", "dlbridge/_csrc/route.h"],
