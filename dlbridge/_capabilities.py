@@ -212,5 +212,3 @@ def version_notes(name: str, version: str) -> list[str]:
         notes.append(f"outside the releases dlbridge's capability rows were probed on ({low} to {high}.x): "
                      "their predictions are unverified here (dlbridge report checks them)")  # fmt: skip
     return notes
-
-

@@ -9,9 +9,9 @@ one array type or one capability row.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from ._support import FastExport
+from ._support import FastExport, GpuExport
 
 if TYPE_CHECKING:
     from .._capabilities import Capabilities
@@ -21,14 +21,16 @@ if TYPE_CHECKING:
 else:
     _Base = object  # ... at run time a mixin: class MyAdapter(FastRoute, Adapter)
 
-__all__ = ["FastRoute", "FastExport"]
+__all__ = ["FastRoute", "FastExport", "GpuExport"]
 
 
 class FastRoute(_Base):
     """The fast route's hooks (see the module docstring); None declines, and the pipeline converts."""
 
-    # Whether capabilities() can change during the process (the route then checks it on every call).
-    dynamic_capabilities: ClassVar[bool] = False
+    def caps_switch(self) -> tuple[Any, str] | None:
+        """``(object, attribute)`` whose value ``capabilities()`` depends on where it can change during the
+        process (the route reads it on every call, and declines where it changed); None: fixed."""
+        return None
 
     def fast_export(self, cls: type) -> FastExport | None:
         """How arrays of exactly type ``cls`` are exported on the fast route: (kind, handle, guards,
@@ -43,11 +45,17 @@ class FastRoute(_Base):
         relabels them) is kept: the route never replays such a producer's raw capsule."""
         return (0, None, (), None, None) if cls is self.array_class() else None
 
-    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        """The guards under which an array of exactly type ``cls`` on a GPU takes the fast route's GPU
-        half (``_route/_gpu.py``): each ``(attribute, call, expected)`` as in ``fast_export``, checked
-        before anything is exported; the export itself is ``export()`` with the consumer's stream, inside
-        ``on_device()``. None: GPU arrays of ``cls`` always take the pipeline."""
+    def fast_gpu_export(self, cls: type) -> GpuExport | None:
+        """How an array of exactly type ``cls`` that may be on a GPU takes the fast route's GPU half
+        (``_route/_gpu.py``): its guards (each ``(attribute, call, expected)`` as in ``fast_export``, checked
+        before anything is exported), how to ask its device, and how it is exported with the stream
+        handshake. None: GPU arrays of ``cls`` always take the pipeline."""
+        return None
+
+    def fast_stream_query(self) -> Any:
+        """How the fast route asks this framework, as a consumer, for its current stream on a device: its
+        DLPack C exchange API capsule (``current_work_stream``), or ``(ask, attribute)`` where
+        ``ask(device id).attribute`` is the stream's handle; None: GPU arrays into it take the pipeline."""
         return None
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:

@@ -10,7 +10,7 @@ from .._capsule._read import GPU_CODES
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
 from ._base import Adapter, Prober, export_capsule
-from ._fast import FastExport, FastRoute
+from ._fast import FastExport, FastRoute, GpuExport
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
 
@@ -79,8 +79,6 @@ class JaxAdapter(FastRoute, Adapter):
 
         return jax.dlpack
 
-    dynamic_capabilities = True  # jax_enable_x64 can be switched at run time
-
     def _plain_export(self, cls: type) -> bool:
         # The concrete array class (jaxlib's ArrayImpl), not tracers; and only where JAX's own
         # export needs no correction (cannot_export / exports_uint8 rows).
@@ -89,10 +87,12 @@ class JaxAdapter(FastRoute, Adapter):
             return False
         return not (self.caps.cannot_export or self.caps.exports_uint8)
 
-    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        # A sharded array has no one device: its export fails (device_of names its first shard's, so that
-        # the pipeline can say what to do), which declines it with nothing exported.
-        return () if self._plain_export(cls) else None
+    def fast_gpu_export(self, cls: type) -> GpuExport | None:
+        # Where its arrays may be on a GPU the route asks each one's device (__dlpack_device__: the
+        # device's local_hardware_id, jax/_src/array.py) and hands its __dlpack__ the consumer's stream:
+        # JAX makes that stream wait itself. A sharded array has no one device: its __dlpack_device__
+        # raises, which declines it with nothing exported (the pipeline says what to do).
+        return GpuExport((), "__dlpack_device__", 0, 0) if self._plain_export(cls) else None
 
     def fast_export(self, cls: type) -> FastExport | None:
         if not self._plain_export(cls):
@@ -107,6 +107,9 @@ class JaxAdapter(FastRoute, Adapter):
     def import_alignment(self, caps: Capabilities) -> int:
         # Older JAX crashes copying an unaligned CPU buffer; the pipeline copies through the host.
         return 64 if caps.copy_crashes_unaligned else 1
+
+    def caps_switch(self) -> tuple[Any, str] | None:
+        return (self.mod.config, "jax_enable_x64")  # it can be switched at run time: see capabilities()
 
     def capabilities(self) -> Capabilities:
         caps = self.caps

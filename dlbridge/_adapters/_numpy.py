@@ -120,7 +120,7 @@ class NumpyAdapter(FastRoute, Adapter):
     _native: frozenset[str] = frozenset()  # kinds found registered (the registry only grows)
     _probed = False  # every kind asked once: later registrations are seen after register_numpy_dtypes()
     _native_caps: tuple[Capabilities, frozenset[str], Capabilities] | None = None
-    # dynamic_capabilities stays False: a route built before a registration keeps relabelling uints,
+    # caps_switch stays None: a route built before a registration keeps relabelling uints,
     # which gives the same array (values, dtype, memory) as NumPy's own import and export.
 
     @cached_property

@@ -11,7 +11,7 @@ from .._capsule._exchange import current_work_stream, is_exchange_api
 from .._capsule._read import GPU_CODES, device_name
 from .._errors import DLBridgeError, ProducerError
 from ._base import Adapter, AsIs, Prober, export_capsule
-from ._fast import FastExport, FastRoute
+from ._fast import FastExport, FastRoute, GpuExport
 from ._numpy import aligned_copy, raw_bits
 
 # torch's Tensor.__dlpack__ refuses a tensor that requires grad or has its conjugate bit set, but
@@ -125,20 +125,31 @@ class TorchAdapter(FastRoute, Adapter):
         # detach(): an alias that holds the storage itself (see export).
         return (1, api, guards, "detach", None) if is_exchange_api(api) else (0, None, guards, "detach", None)
 
-    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        # A GPU tensor is exported by __dlpack__(stream=) (export()): the exchange API exports
-        # without synchronising, and the consumer's stream must wait for torch's. The guards are the
-        # states export() would refuse or correct, and a strided tensor (the route replays dense C
-        # order), so that they are declined before any export.
+    def fast_gpu_export(self, cls: type) -> GpuExport | None:
+        # The exchange API exports without synchronising (dlpack.h): the route uses it where torch's
+        # current stream on the tensor's device is the consumer's, and declines otherwise (the pipeline
+        # calls __dlpack__(stream=), torch's own handshake). The guards are the states export() would
+        # refuse or correct, and a strided tensor (the route replays dense C order), so that they are
+        # declined before any export. get_device(): the CUDA (HIP on ROCm builds) ordinal, in C.
         if cls is not self.mod.Tensor:
             return None
-        return (("is_cuda", False, True), *self._state_guards, ("is_contiguous", True, True))
+        guards = (("is_cuda", False, True), *self._state_guards, ("is_contiguous", True, True))
+        kind = 1 if is_exchange_api(getattr(cls, "__dlpack_c_exchange_api__", None)) else 0
+        cuda = self.mod.cuda  # its handshake (__dlpack__(stream=)) refuses tensors off the current device
+        return GpuExport(guards, "get_device", 10 if self.mod.version.hip else 2, kind, "detach", cuda.current_device)
+
+    def fast_stream_query(self) -> Any:
+        return self._stream_api  # current_work_stream, where torch has CUDA
 
     @cached_property
-    def _state_guards(self) -> tuple[tuple[str, bool, Any], ...]:
-        """The tensor states torch's export refuses or would export wrongly, as route guards."""
-        return (("requires_grad", False, False), ("is_conj", True, False), ("is_neg", True, False),
-                ("layout", False, self.mod.strided))  # fmt: skip
+    def _state_guards(self) -> tuple[tuple[Any, bool, Any], ...]:
+        """The tensor states torch's export refuses or would export wrongly, as route guards; and an active
+        TorchFunctionMode, which the exchange API's export would bypass (torch's Python __dlpack__ and
+        detach() dispatch to it: torch/_tensor.py), as torch._C._is_torch_function_mode_enabled() says."""
+        guards: tuple[tuple[Any, bool, Any], ...] = (("requires_grad", False, False), ("is_conj", True, False),
+                                                     ("is_neg", True, False), ("layout", False, self.mod.strided))  # fmt: skip
+        mode = getattr(self.mod._C, "_is_torch_function_mode_enabled", None)
+        return (*guards, (mode, True, False)) if mode is not None else guards
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         found = super().fast_import(caps)

@@ -7,7 +7,8 @@ import ctypes
 from collections.abc import Callable
 
 __all__ = ["LEGACY", "VERSIONED", "USED", "SUPPORTED_MAJOR", "FLAG_READ_ONLY", "FLAG_IS_COPIED", "FLAG_PADDED", "MAX_NDIM",
-           "CapsuleType", "DEVICE_CODES", "GPU_CODES", "DEVICE_ALIASES", "alias_device", "device_name"]  # fmt: skip
+           "CapsuleType", "DEVICE_CODES", "GPU_CODES", "DEVICE_ALIASES", "alias_device", "device_name",
+           "dlpack_stream"]  # fmt: skip
 
 LEGACY = b"dltensor"
 VERSIONED = b"dltensor_versioned"
@@ -61,3 +62,10 @@ def alias_device(device: tuple[int, int]) -> tuple[int, int]:
 
 def device_name(device_type: int) -> str:
     return _DEVICE_NAMES.get(device_type, f"device_type_{device_type}")
+
+
+def dlpack_stream(handle: int, device_type: int) -> int:
+    """A stream handle as DLPack's ``__dlpack__(stream=)`` spells it (the array API standard's DLPack
+    protocol): on CUDA the legacy default stream (handle 0) is 1, as 0 is ambiguous there; on ROCm the
+    default stream is 0 (1 and 2 are not allowed). Other handles are themselves."""
+    return handle if device_type == 10 else (handle or 1)

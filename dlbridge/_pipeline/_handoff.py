@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._adapters import ADAPTERS, HOST, Adapter
+from .._adapters._fast import FastRoute
 from .._capabilities import Capabilities
 from .._capsule._read import DLPackInfo, c_strides
 from .._dtypes import BY_NAME
@@ -116,6 +117,8 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
     )
     if strided or record.writable or record.drop_readonly or record.copy or plan.mode not in _REPLAYED:
         return record
+    if not isinstance(target, FastRoute):  # a consumer without the route's part is never replayed
+        return record
     return record._replace(admits=_admission(info, target, caps, plan))
 
 
@@ -125,7 +128,7 @@ KIND_LEGACY, KIND_VERSIONED = 1, 2  # Admission.kinds (capsules.c: the same bits
 _REPLAYED = ("native", "reinterpret")
 
 
-def _admission(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan) -> Admission:
+def _admission(info: DLPackInfo, target: FastRoute, caps: Capabilities, plan: Plan) -> Admission:
     """The capsules that get the same record as ``info`` (dense C order, writable or read-only, with or
     without an offset, either capsule kind), by the rules above: a READ_ONLY capsule differs only where
     the consumer has no read-only arrays (``drop_readonly``, ``_refusal``), an offset only where it needs
