@@ -158,13 +158,13 @@ def check(fw: str, version: str, bases: list[str], work: Path, timeout: float) -
             continue
         frameworks = ",".join(dict.fromkeys(["numpy", "torch", fw]))
         cmd = [py, "-m", "dlbridge", "report", "--frameworks", frameworks, "--devices", "cpu", "--strict",
-               "--out", str(target / "compat_matrix.md"), "--json", str(target / "compat_matrix.json")]  # fmt: skip
+               "--out", str(work / f"{fw}-{version}.md"), "--json", str(work / f"{fw}-{version}.json")]  # fmt: skip
         try:
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"result": "FAILED", "base": name, "detail": f"report ran past {timeout} s"}
         finally:
-            shutil.rmtree(target, ignore_errors=True)  # keeps the disk small; the log stays
+            shutil.rmtree(target, ignore_errors=True)  # keeps the disk small; the report and its log stay
         (work / f"{fw}-{version}.log").write_text(done.stdout + done.stderr)
         lines = [ln.strip() for ln in done.stderr.splitlines()]
         summary = next((ln for ln in lines if ln.startswith("dlbridge report:")), lines[-1] if lines else "")
