@@ -116,10 +116,14 @@ def install(py: str, target: Path, dist: str, version: str) -> str | None:
     return f"{' '.join(specs)}: pip failed: " + (errors[-1][:200] if errors else f"exit {done.returncode}")
 
 
-def conflicts(py: str, env: dict[str, str]) -> set[str]:
-    """What `pip check` finds wrong with the installed packages (with this PYTHONPATH)."""
+def conflicts(py: str, env: dict[str, str], dist: str) -> set[str]:
+    """What `pip check` finds wrong (with this PYTHONPATH) with a package the report imports: NumPy, ml_dtypes,
+    torch, ``dist`` and its companions (another package's needs, scipy's say, do not matter to it)."""
+    names = ["numpy", "ml_dtypes", "torch", dist, *(re.split(r"[<>=]", c)[0] for c in COMPANIONS.get(dist, ()))]
+    used = {n.lower().replace("_", "-") for n in names}
     done = subprocess.run([py, "-m", "pip", "check"], env=env, capture_output=True, text=True, timeout=120)
-    return {ln.strip() for ln in done.stdout.splitlines() if " has requirement " in ln}
+    lines = [ln.strip() for ln in done.stdout.splitlines() if " has requirement " in ln]
+    return {ln for ln in lines if ln.split()[0].lower().replace("_", "-") in used}
 
 
 def importable(py: str, env: dict[str, str], fw: str, target: Path) -> str | None:
@@ -149,9 +153,9 @@ def check(fw: str, version: str, bases: list[str], work: Path, timeout: float) -
         name = Path(py).parent.parent.name
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         env.pop("DLBRIDGE_PURE_PYTHON", None)
-        before = conflicts(py, env)
+        before = conflicts(py, env, dist)
         env["PYTHONPATH"] = os.pathsep.join([str(target), str(ROOT)])
-        clash = sorted(conflicts(py, env) - before)
+        clash = sorted(conflicts(py, env, dist) - before)
         error = importable(py, env, fw, target) if not clash else "; ".join(clash)[:300]
         if error is not None:
             errors.append(f"{name}: {error}")
