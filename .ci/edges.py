@@ -177,7 +177,7 @@ def check(fw: str, version: str, bases: list[str], work: Path, timeout: float) -
         result = "ok" if done.returncode == 0 else "FAILED"
         return {"result": result, "base": name, "detail": detail, "problems": "\n".join(problems)}
     shutil.rmtree(target, ignore_errors=True)
-    return {"result": "skipped", "detail": "does not import, or conflicts: " + "; ".join(errors)}
+    return {"result": "unimportable", "detail": "does not import, or conflicts: " + "; ".join(errors)}
 
 
 def known_failures(path: Path) -> dict[tuple[str, str], str]:
@@ -238,7 +238,7 @@ def main() -> int:
     ap.add_argument("frameworks", nargs="*", help="only these (default: every framework with consumer rows)")
     args = ap.parse_args()
     t0 = time.monotonic()
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # absolute: an import is checked to come from under it
     work.mkdir(parents=True, exist_ok=True)
     bases = [sys.executable, *([args.fallback] if args.fallback else [])]
     consumers = list(dict.fromkeys(r.consumer for r in TABLE))
@@ -273,7 +273,10 @@ def main() -> int:
                 print(f"  {fw} {version} ({why}): skipped: {found['detail']}", flush=True)
                 continue
             found = check(fw, version, bases, work, args.timeout)
-            if found["result"] == "FAILED" and lowest and parse_version(version) < parse_version(lowest):
+            supported = not lowest or parse_version(version) >= parse_version(lowest)
+            if found["result"] == "unimportable":  # a supported version that cannot be checked fails the run
+                found["result"] = "FAILED" if supported else "skipped"
+            elif found["result"] == "FAILED" and not supported:
                 found["result"] = f"differs (below the floor {lowest})"  # not supported: listed, not failed
             elif found["result"] == "FAILED" and (fw, version) in known:
                 found["result"] = f"known failure ({known[fw, version]})"  # listed in .ci/edges-known
