@@ -7,6 +7,10 @@ the capability table), never at ``import dlbridge``.
 What is derived from the registry elsewhere (the adapter table and its name lookups, the capability
 table) is rebuilt when ``REGISTRY.generation`` changes. ``dlbridge._adapters.register`` adds a
 framework at run time.
+
+The versions at each row's ``since``/``until`` boundary, and the release just below it, are installed and checked
+against ``dlbridge report --strict`` by ``.ci/edges``; ``compat_edges.md`` at the repository root lists which
+versions were checked and what they showed.
 """
 
 from __future__ import annotations

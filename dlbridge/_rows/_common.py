@@ -12,7 +12,7 @@ INTS = frozenset(f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64))
 CORE = INTS | {"float16", "float32", "float64", "complex64", "complex128"}
 WIDE_UINTS = frozenset({"uint16", "uint32", "uint64"})
 # Boundaries as far as probed (see the rows' sources): the first version seen without the behaviour.
-JAX_FP4_UNTIL = "0.10"  # 0.9.0 imports it, 0.10.2 refuses it (0.10.0-0.10.1 not probed)
+JAX_FP4_UNTIL = "0.9.2"  # 0.9.1 imports it, 0.9.2 refuses it (.ci/edges, compat_edges.md)
 JAX_LAYOUTS_SINCE = "0.8"
 JAX_COPY_FIXED = "0.4.35"  # 0.4.31 crashes, 0.4.35 does not (0.4.33-0.4.34 not probed)
 TORCH_FP8 = frozenset({"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"})

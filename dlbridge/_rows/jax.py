@@ -64,7 +64,8 @@ ROWS: tuple[Row, ...] = (
         JAX_FP4_UNTIL,
         requires=ML_DTYPES_05,
         source="probe 2026-11-23 (jax 0.5.3, 0.7.1, 0.7.2, 0.8.0, 0.9.0 import their own float4_e2m1fn; jax 0.10.2: "
-        "'PjRt CPU buffers only support default layout')",
+        "'PjRt CPU buffers only support default layout'); probe 2026-11-27 (.ci/edges, jax+jaxlib 0.9.0, 0.9.0.1, "
+        "0.9.1 import it; 0.9.2 and 0.10.0 refuse it so, with ml_dtypes 0.6.0)",
     ),
     row(
         "jax",

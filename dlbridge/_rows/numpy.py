@@ -55,6 +55,15 @@ ROWS: tuple[Row, ...] = (
         "dtypes'); dlbridge exports ml_dtypes' full-width kinds as relabelled uints, and fp4 (one value a byte, "
         "not DLPack's packed default) through dlbridge._pipeline._subbyte",
     ),
+    row(
+        "numpy",
+        "cannot_export",
+        {"bool"},
+        until="1.25",
+        source="NumPy 1.25 notes: bool in DLPack; probe 2026-11-27 (.ci/edges, numpy 1.24.4: a bool array's "
+        "__dlpack__ raises BufferError 'DLPack only supports signed/unsigned integers, float and complex dtypes'; "
+        "1.25.0 exports it)",
+    ),
     row("numpy", "versioned_capsules", since="2.1", source="NumPy 2.1.0 release notes: DLPack 1.0 (max_version)"),
     row(
         "numpy",
