@@ -50,6 +50,7 @@ class Capabilities(NamedTuple):
     copies_unaligned: bool
     dtype_registry: bool
     copies_imports: bool
+    aborts_on_null_deleter: bool
     exports_uint8: frozenset[str]  # as a producer: dtypes its capsules label uint8
     cannot_export: frozenset[str]  # as a producer: dtypes its __dlpack__ refuses
 

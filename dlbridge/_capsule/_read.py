@@ -132,6 +132,9 @@ class DLPackInfo:
     producer: str | None
     flags: int = 0
     device_code: int = 1
+    # False: the capsule's deleter is NULL (DLPack allows it: the producer keeps the memory alive
+    # by other means), which some consumers do not survive (capability row "aborts_on_null_deleter")
+    has_deleter: bool = True
 
     @property
     def ndim(self) -> int:
@@ -229,6 +232,11 @@ def _int64_reader(ndim: int) -> tuple[Any, Any]:
     return reader
 
 
+# The legacy struct: the DLTensor, then manager_ctx and the deleter, in one unpack.
+_LEGACY_STRUCT = struct.Struct(_HEAD_STRUCT.format + "PP")
+_LegacyBytes = ctypes.c_char * _LEGACY_STRUCT.size
+assert _LEGACY_STRUCT.size == _HEAD_STRUCT.size + 16
+
 # The versioned header and the DLTensor that follows it, in one unpack.
 _VERSIONED_STRUCT = struct.Struct("@IIPPQ" + _HEAD_STRUCT.format.lstrip("@"))
 _VersionedBytes = ctypes.c_char * _VERSIONED_STRUCT.size
@@ -257,13 +265,13 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
         if _u32.from_address(address).value != SUPPORTED_MAJOR:
             head = _VersionedHead.from_address(address)
             _unsupported_major(head.major, head.minor)
-        major, minor, _, _, flags, data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, \
-            byte_offset = _VERSIONED_STRUCT.unpack_from(_VersionedBytes.from_address(address))  # fmt: skip
+        major, minor, _, deleter, flags, data, device_type, device_id, ndim, code, bits, lanes, shape_at, \
+            strides_at, byte_offset = _VERSIONED_STRUCT.unpack_from(_VersionedBytes.from_address(address))  # fmt: skip
         version = (major, minor)
     elif name == LEGACY:
         address = _get_pointer(capsule, LEGACY) or _null(name)
-        data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset = (
-            _HEAD_STRUCT.unpack_from(_HeadBytes.from_address(address))
+        data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset, _, deleter = (
+            _LEGACY_STRUCT.unpack_from(_LegacyBytes.from_address(address))
         )
         flags, version = 0, None
     else:
@@ -283,12 +291,12 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
     if bits == 0 or lanes == 0:
         raise CapsuleError(f"DLPack capsule has dtype bits={bits}, lanes={lanes}; both must be >= 1")
     return _checked_info(code, bits, lanes, device_type, device_id, shape, strides, byte_offset, data, flags,
-                         version, producer)  # fmt: skip
+                         version, producer, bool(deleter))  # fmt: skip
 
 
 def _checked_info(code: int, bits: int, lanes: int, device_type: int, device_id: int, shape: tuple[int, ...],
                   strides: tuple[int, ...] | None, byte_offset: int, data: int, flags: int,
-                  version: tuple[int, int] | None, producer: str | None) -> DLPackInfo:  # fmt: skip
+                  version: tuple[int, int] | None, producer: str | None, has_deleter: bool = True) -> DLPackInfo:  # fmt: skip
     """``read``'s second half: the DLPackInfo for a header's fields, refused when a non-empty tensor
     has no data or reaches outside the address space. One call, no allocation but the info's own."""
     info = _object_new(DLPackInfo)  # __dict__ installed at once: see _object_new above
@@ -312,6 +320,7 @@ def _checked_info(code: int, bits: int, lanes: int, device_type: int, device_id:
             "producer": producer,
             "flags": flags,
             "device_code": device_type,
+            "has_deleter": has_deleter,
         },
     )
     size = prod(shape)

@@ -201,6 +201,28 @@ def readonly_refusal(what: str, legacy: bool, fix: str) -> str:
     return f"{what} is read-only and {why}; {fix}"
 
 
+def null_deleter_refusal(info: DLPackInfo, target: Adapter, caps: Capabilities) -> str:
+    """Why a capsule without a deleter is not handed to a consumer that dies releasing its import,
+    and the two steps that do it safely (a framework that releases it first, then its export)."""
+    if info.device_code != 1:
+        via = "torch"
+        fix = f"dlbridge.to_{target.name}(dlbridge.to_torch(x)) shares the same memory"
+    elif info.versioned:
+        via = HOST.name
+        fix = f"dlbridge.to_{target.name}(dlbridge.to_{via}(x)) shares the same memory"
+    else:  # NumPy imports a legacy capsule read-only (it cannot say otherwise), which JAX gets as a copy
+        via = HOST.name
+        fix = (f"dlbridge.to_{target.name}(dlbridge.to_{via}(x), copy=True) (one copy: a legacy capsule cannot say "
+               f"its memory is writable, so {via} imports it read-only)")  # fmt: skip
+    return (
+        f"to_{target.name}(): {info.describe()} comes in a capsule whose deleter is NULL (DLPack allows one: the "
+        f"producer keeps the memory alive itself), and {caps.consumer} {caps.version} kills the process when it "
+        f"releases an array imported from such a capsule (see dlbridge.capabilities('{target.name}')"
+        f".aborts_on_null_deleter). Hand it to {via} first, which releases it safely: {fix}; or have the producer "
+        "set a deleter"
+    )
+
+
 def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback, dtype: Any,
            copy: bool | None, *, source: Adapter | None = None, raw: bool = False) -> Handoff:  # fmt: skip
     """The handoff of the capsule ``info`` describes to ``target`` (capability row ``caps``).
@@ -213,6 +235,8 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
     capsules unflagged (``Adapter.exports_readonly_legacy``).
     """
     who = info.producer or ("capsule" if raw else "?")
+    if not info.has_deleter and caps.aborts_on_null_deleter:  # before any other rule: it must never see it
+        return Handoff(who, target.name, info, CapsuleError, null_deleter_refusal(info, target, caps))
     if info.readonly and not info.versioned:  # a read-only array described for a legacy-only consumer
         if source is not None and source.exports_readonly_legacy:
             info = replace(info, readonly=False)  # its legacy capsule, unflagged (a legacy one has no flags)

@@ -78,17 +78,17 @@ def _memory(info: DLPackInfo) -> _Memory:
     return (info.data_ptr, info.shape, strides, info.bits * info.lanes)
 
 
-def _sweep() -> None:
+def _sweep(full: bool = False) -> None:
     """Drop the records of views that died. Each step is one atomic operation; one interrupted
-    between the pop and the removal leaves a dead record behind, which the full scan drops once the
-    registry doubles (so dead records never outnumber live ones for long)."""
+    between the pop and the removal leaves a dead record behind, which the full scan drops (``full``,
+    or once the registry has doubled since the last one: dead records never outnumber live ones for long)."""
     while _dead:
         try:
             ref = _dead.pop()
         except IndexError:  # another thread took the last one
             break
         _remove_dead_weakref(_entries, ref.key)
-    if len(_entries) >= _scan_at[0]:
+    if full or len(_entries) >= _scan_at[0]:
         for key, ref in list(_entries.items()):
             if ref() is None:
                 _remove_dead_weakref(_entries, key)
@@ -129,6 +129,6 @@ def recall(x: Any, info: DLPackInfo) -> str | None:
 
 
 def live() -> int:
-    """How many views have a record (dead ones swept first)."""
-    _sweep()
+    """How many views have a record (every dead one swept first)."""
+    _sweep(full=True)
     return len(_entries)

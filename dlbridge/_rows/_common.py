@@ -36,6 +36,9 @@ FEATURES = (
     # capabilities() then adds the kinds registered to "imports", and it exports them itself
     "dtype_registry",
     "copies_imports",  # its from_dlpack always copies a CPU capsule (never shares it): copy=False is refused
+    # releasing what it imported from a capsule whose deleter is NULL (DLPack allows one) kills the
+    # process: dlbridge refuses such a capsule before it sees it
+    "aborts_on_null_deleter",
 )
 # Producer rows: "exports_uint8" lists dtypes whose capsules the producer labels uint8;
 # "cannot_export" dtypes it holds but cannot put in a capsule at all.
