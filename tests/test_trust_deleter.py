@@ -75,8 +75,11 @@ def test_the_refusal_names_a_fix_that_works(versioned: bool) -> None:
         pytest.skip("this JAX is not known to abort on a capsule without a deleter")
     arr = _null_deleter_array(versioned)
     capsule = arr.capsule(versioned)
-    fix = r"dlbridge\.to_jax\(dlbridge\.to_numpy\(x\)\) shares" if versioned else (
-        r"dlbridge\.to_jax\(dlbridge\.to_numpy\(x\), copy=True\) \(one copy")
+    fix = (
+        r"dlbridge\.to_jax\(dlbridge\.to_numpy\(x\)\) shares"
+        if versioned
+        else (r"dlbridge\.to_jax\(dlbridge\.to_numpy\(x\), copy=True\) \(one copy")
+    )
     with pytest.raises(dlbridge.CapsuleError, match=r"float32\[16\] comes in a capsule whose deleter is NULL.*" + fix):
         dlbridge.to_jax(capsule)
     for _ in range(REPEAT):

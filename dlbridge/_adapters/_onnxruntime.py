@@ -91,6 +91,8 @@ class OnnxruntimeAdapter(Adapter):
     def state_error(self, obj: Any) -> DLBridgeError | None:
         try:
             tensor = bool(obj.is_tensor()) and not bool(obj.is_sparse_tensor())
+        except MemoryError:
+            raise
         except Exception:
             return None
         if tensor:

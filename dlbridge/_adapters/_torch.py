@@ -222,6 +222,8 @@ class TorchAdapter(Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.cuda.is_available())
+        except MemoryError:
+            raise
         except Exception:
             return False
 
@@ -310,6 +312,8 @@ def _describe(t: Any) -> str:
     dtype = str(t.dtype).removeprefix("torch.")
     try:
         shape = list(t.shape)
+    except MemoryError:
+        raise
     except Exception:  # nested tensors have no single shape
         return f"a torch {dtype} tensor"
     return f"a torch {dtype}{shape} tensor on {t.device}"

@@ -52,6 +52,8 @@ def _fields_layout_ok() -> bool:
             and bool(name)
             and (ctypes.c_char * size).from_address(name).raw == (_TYPE_PROBE_NAME + b"\0")
         )
+    except MemoryError:
+        raise
     except Exception:
         return False
 

@@ -178,7 +178,7 @@ def _wrap(fn: Any, spec: _Spec) -> Callable[..., Any]:
                         sent = yield leave(state, out, ("yield",))
                     except GeneratorExit:
                         raise
-                    except BaseException as err:
+                    except BaseException as err:  # thrown in by the caller: passed on to the body
                         step, arg = inner.athrow, err
                     else:
                         step, arg = inner.asend, None if sent is None else state.value(sent, ("sent",), False)

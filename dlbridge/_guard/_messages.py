@@ -20,6 +20,8 @@ _CALL_PREFIX = re.compile(r"^(to_\w+\(\)|\w+): ")
 def describe(x: Any) -> str:
     try:
         return inspect(x).describe()
+    except MemoryError:
+        raise
     except Exception:
         return f"{type(x).__module__}.{type(x).__qualname__}"
 

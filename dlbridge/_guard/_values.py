@@ -78,6 +78,8 @@ def _same_memory(a: Any, b: Any) -> bool:
         return False
     try:
         return da.data_ptr(a) == db.data_ptr(b)
+    except MemoryError:
+        raise
     except Exception:
         return False
 

@@ -259,6 +259,8 @@ def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
         return _dense_copy(front._replace(info=state["info"], record=state["record"]), target, copy)
     except DLBridgeError:
         raise
+    except MemoryError:
+        raise
     except Exception as err:
         info = state.get("info")
         if info is None:  # the consumer failed before it asked for the capsule: it cannot use the device
