@@ -108,6 +108,8 @@ class TorchAdapter(Adapter):
         # Refused like torch's own refusals (autograd, conjugate bit): export_failed resolves it.
         if obj.is_neg():
             raise BufferError(_NEG_BIT)
+        if obj._is_zerotensor() or self.mod._is_functional_tensor(obj):  # torch exports them with a NULL data pointer
+            raise self.state_error(obj) or BufferError("no memory")
         if obj.requires_grad:
             return export_capsule(obj, stream=stream, max_version=max_version)  # torch refuses it
         # torch's capsule keeps the exported tensor alive, not its storage: a later x.set_(...) on the
@@ -214,8 +216,21 @@ class TorchAdapter(Adapter):
         functorch = getattr(torch._C, "_functorch", None)
         if functorch is not None and functorch.is_functorch_wrapped_tensor(obj):
             return ProducerError(
-                f"{_describe(obj)} is a value inside a torch.func transform (vmap, grad, ...): a wrapper with "
-                "no memory of its own; convert outside the transform"
+                f"{_describe(obj)} is a value inside a torch.func transform (vmap, grad, functionalize, ...): a wrapper "
+                "with no memory of its own; convert outside the transform"
+            )
+        # Both export with a NULL data pointer (probe 2026-11-27, torch 2.13): no memory to share.
+        if torch._is_functional_tensor(obj):
+            return ProducerError(
+                f"{_describe(obj)} is a functional tensor (inside torch.func.functionalize, or another "
+                "functionalization): a wrapper with no memory of its own; convert outside the transform, where "
+                "its inputs and results are plain tensors"
+            )
+        if obj._is_zerotensor():
+            return ProducerError(
+                f"{_describe(obj)} is an efficient zero tensor (torch._efficientzerotensor, which autograd makes for "
+                "zero gradients): it stands for zeros without any memory to share; pass x.clone() for a tensor of "
+                "zeros with memory"
             )
         return None
 

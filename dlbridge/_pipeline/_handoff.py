@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from .._adapters import ADAPTERS, HOST, Adapter
 from .._capabilities import Capabilities
 from .._capsule._read import DLPackInfo, c_strides, device_name
+from .._dtypes import BY_NAME, lookup
 from .._errors import (
     CapsuleError,
     DLBridgeError,
@@ -31,6 +32,7 @@ from .._errors import (
 )
 from .._options import Fallback
 from ._plan import Plan, native_plan, plan_for
+from ._refusals import null_deleter_refusal, raw_fp4_refusal
 from ._subbyte import FLAG_PADDED
 from ._subbyte import plan as subbyte_plan
 
@@ -201,28 +203,6 @@ def readonly_refusal(what: str, legacy: bool, fix: str) -> str:
     return f"{what} is read-only and {why}; {fix}"
 
 
-def null_deleter_refusal(info: DLPackInfo, target: Adapter, caps: Capabilities) -> str:
-    """Why a capsule without a deleter is not handed to a consumer that dies releasing its import,
-    and the two steps that do it safely (a framework that releases it first, then its export)."""
-    if info.device_code != 1:
-        via = "torch"
-        fix = f"dlbridge.to_{target.name}(dlbridge.to_torch(x)) shares the same memory"
-    elif info.versioned:
-        via = HOST.name
-        fix = f"dlbridge.to_{target.name}(dlbridge.to_{via}(x)) shares the same memory"
-    else:  # NumPy imports a legacy capsule read-only (it cannot say otherwise), which JAX gets as a copy
-        via = HOST.name
-        fix = (f"dlbridge.to_{target.name}(dlbridge.to_{via}(x), copy=True) (one copy: a legacy capsule cannot say "
-               f"its memory is writable, so {via} imports it read-only)")  # fmt: skip
-    return (
-        f"to_{target.name}(): {info.describe()} comes in a capsule whose deleter is NULL (DLPack allows one: the "
-        f"producer keeps the memory alive itself), and {caps.consumer} {caps.version} kills the process when it "
-        f"releases an array imported from such a capsule (see dlbridge.capabilities('{target.name}')"
-        f".aborts_on_null_deleter). Hand it to {via} first, which releases it safely: {fix}; or have the producer "
-        "set a deleter"
-    )
-
-
 def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback, dtype: Any,
            copy: bool | None, *, source: Adapter | None = None, raw: bool = False) -> Handoff:  # fmt: skip
     """The handoff of the capsule ``info`` describes to ``target`` (capability row ``caps``).
@@ -245,6 +225,8 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
             return Handoff(who, target.name, info, ReadOnlyError, readonly_refusal(info.describe(), True, fix))
     # fp4 the consumer does not import as it is: another dtype (pairs), or one value a byte (a padded
     # capsule, which a consumer importing float4_e2m1fn would read as two values a byte)
+    if info.code == 17 and dtype is not None and lookup(dtype) == BY_NAME.get(info.dtype):
+        dtype = None  # dtype= naming the capsule's own fp4 dtype: nothing to relabel
     if info.code == 17 and dtype is None:  # fp4 the consumer does not import as it is (dlbridge._pipeline._subbyte)
         fp4 = _fp4(info, target, caps, fallback, copy, source, raw, who)
         if fp4 is not None:
@@ -327,24 +309,20 @@ def _fp4(
 ) -> Handoff | None:
     """fp4 in another layout than the consumer imports: another dtype (pairs), or one value a byte (a
     padded capsule, which a consumer importing float4_e2m1fn would read as two values a byte); None
-    where the other rules decide. A caller's raw capsule is never rewritten or repacked: a padded one
-    the consumer would misread is refused, the others go to the dtype rules (a refusal or a view)."""
+    where the other rules decide. A caller's raw capsule is relabelled where the bytes agree without
+    touching its shape (one value a byte to NumPy: zero-copy, restored if refused), never repacked or
+    reshaped: otherwise refused, naming the fix (pass the array)."""
     padded = bool(info.flags & FLAG_PADDED)
     if info.dtype in caps.imports and not padded:
         return None
-    if raw:
-        if not padded or info.dtype not in caps.imports:
-            return None
-        return Handoff(who, target.name, info, LayoutError, (
-            f"to_{target.name}(): {info.describe()} holds one fp4 value a byte (IS_SUBBYTE_TYPE_PADDED), which "
-            f"{caps.consumer} would read as two a byte; dlbridge repacks arrays, not raw capsules: pass the array itself"
-        ))  # fmt: skip
     found = subbyte_plan(info, caps, target, source, fallback, copy)
     if found is None:
         return None
     kind, error, message = found
-    if error is not None:
+    if error is not None and not (raw and copy is False):  # (an odd count: no array would do either)
         return Handoff(who, target.name, info, error, message)
+    if raw and kind != "elements":  # a caller's capsule is relabelled (restored if refused), never repacked
+        return Handoff(who, target.name, info, LayoutError, raw_fp4_refusal(info, target, caps, kind))
     return Handoff(who, target.name, info, keep=kind == "same", fp4=None if kind == "same" else kind,
                    copy=copy is True)  # fmt: skip
 
