@@ -124,7 +124,11 @@ def test_a_result_it_cannot_rebuild_is_refused_and_returns_none_leaves_it(make: 
     def body(x: Any) -> Any:
         return _cyclic_list(x) if make == "cycle" else _nested(x, 500)
 
-    what = r"a list that holds itself .* at result\[1\]" if make == "cycle" else r"containers nested more than 100 levels deep"
+    what = (
+        r"a list that holds itself .* at result\[1\]"
+        if make == "cycle"
+        else r"containers nested more than 100 levels deep"
+    )
     with pytest.raises(dlbridge.NotAnArrayError, match=rf"body\(\) returned {what}.*; pass returns=None"):
         dlbridge.guard("torch")(body)(np.zeros(2, np.float32))
     kept = dlbridge.guard("torch", returns=None)(body)(np.zeros(2, np.float32))

@@ -38,7 +38,7 @@ worst a dead record, which matches nothing and is swept later).
 from __future__ import annotations
 
 import weakref
-from _weakref import _remove_dead_weakref
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # (CPython, not in typeshed)
 from typing import Any
 
 from .._capsule._read import DLPackInfo
