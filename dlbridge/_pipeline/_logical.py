@@ -7,13 +7,14 @@ same object onward restores the logical dtype zero-copy; nothing else ever gets 
 
 - another object over the same bytes (the caller's own ``x.view(np.uint8)``, a second view with
   another logical dtype, a slice, a copy, a body's result) is a plain unsigned array;
-- the record dies with its object, so an object that later gets the same ``id`` or the same
-  address is never relabelled (its weak reference is dead: it never matches a live object);
+- the record dies with its object (its weak reference is dead, so it matches no object, and it is
+  swept at the next view conversion): an object that later gets the same ``id`` or the same
+  address is never relabelled;
 - an object whose memory changed in place (torch ``set_``/``resize_``, NumPy ``x.shape = ...``,
   ``x.dtype = ...``) no longer matches its fingerprint: the record is dropped.
 
 A raw capsule never carries a logical dtype (it names no object), and objects that cannot be
-weakly referenced are not recorded. With no live view, every check is one empty-dict test.
+weakly referenced are not recorded. With no view recorded, every check is one empty-dict test.
 
 The registry's layout (C code may add records the same way)::
 
