@@ -214,5 +214,6 @@ def test_a_timer_storm_loses_no_interrupt(name: str) -> None:
     raised, reached, dropped = _storm(op, 3000, 0.0002)
     assert not dropped, f"{name}: CPython dropped {len(dropped)} interrupts, e.g. {dropped[:3]}"
     assert reached == raised, f"{name}: {raised} interrupts raised, {reached} reached the caller"
-    assert raised > 50, f"{name}: only {raised} interrupts landed"
+    # (the compiled route runs bf16 -> NumPy in C: interrupts land only in op's own bytecode then)
+    assert raised > 10, f"{name}: only {raised} interrupts landed"
     op()

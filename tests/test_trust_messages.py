@@ -91,6 +91,7 @@ def test_dtype_over_a_numpy_fp4_array_says_what_to_do(dtype: object, to: str) ->
         r"\(zero-copy\)"
     )):  # fmt: skip
         dlbridge.convert(x, to, dtype=dtype)
+    assert x.dtype.name == "float4_e2m1fn" and np.array_equal(x.view(np.uint8), CODES)  # left as it was
     codes = dlbridge.convert(x.view(np.uint8), to)  # the fix, zero-copy
     ptr = codes.data_ptr() if to == "torch" else codes.ctypes.data
     assert ptr == x.ctypes.data and np.array_equal(np.asarray(codes), CODES)
