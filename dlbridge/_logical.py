@@ -54,10 +54,12 @@ def _memory(info: DLPackInfo) -> _Memory:
     return (info.data_ptr, info.shape, strides, info.bits * info.lanes)
 
 
-def _drop(key: int, entry: _Entry) -> None:
-    with _lock:
-        if _entries.get(key) is entry:
-            del _entries[key]
+# The dict and lock are bound as defaults, and ``forget`` binds ``_drop`` so: a view alive at interpreter
+# exit dies after this module's globals were cleared to None, and its callback must not look them up.
+def _drop(key: int, entry: _Entry, entries: dict[int, _Entry] = _entries, lock: Any = _lock) -> None:
+    with lock:
+        if entries.get(key) is entry:
+            del entries[key]
 
 
 def remember(view: Any, info: DLPackInfo, logical: str) -> bool:
@@ -66,9 +68,9 @@ def remember(view: Any, info: DLPackInfo, logical: str) -> bool:
     key = id(view)
     holder: list[_Entry] = []
 
-    def forget(_: weakref.ref[Any]) -> None:  # runs while ``view`` dies, before its id is reused
+    def forget(_: weakref.ref[Any], drop: Any = _drop) -> None:  # runs while ``view`` dies, before its id is reused
         if holder:
-            _drop(key, holder[0])
+            drop(key, holder[0])
 
     try:
         ref = weakref.ref(view, forget)

@@ -235,3 +235,25 @@ def test_a_guard_bodys_result_gets_the_views_dtype_from_the_guard_not_from_memor
     assert r.dtype == np.uint8 and r.ctypes.data == src.data_ptr() + 1
     plain = dlbridge.to_torch(r)
     assert plain.dtype == torch.uint8 and plain.data_ptr() == src.data_ptr() + 1
+
+
+def test_a_view_alive_at_interpreter_exit_leaves_no_message() -> None:
+    """A view that dies at interpreter exit, after dlbridge's modules had their globals cleared to None
+    (it lives on a module that is torn down later: one imported before dlbridge), forgets its record
+    quietly: nothing printed at exit, exit status 0."""
+    from tests.conftest import run_child
+
+    proc = run_child(
+        """
+        import collections  # imported before dlbridge: torn down after it at exit
+        import numpy as np, ml_dtypes, torch, dlbridge
+        from dlbridge import _logical
+        g = (np.arange(8, dtype=np.uint8) * 7).view(ml_dtypes.float8_e4m3b11fnuz)
+        collections.view = dlbridge.to_torch(g, fallback="view")
+        assert collections.view.dtype == torch.uint8 and collections.view.data_ptr() == g.ctypes.data
+        assert len(_logical._entries) == 1
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+    assert proc.stderr == "", proc.stderr
