@@ -71,7 +71,7 @@ def _source(sim: Sim, producer: str, ref, device: int = 0):
         assert type(x) is sim.cp.ndarray
         return x, x.data.ptr
     gpu = sim.gpu or sim.jax()
-    x = gpu.claim(jnp.asarray(values), gpu.devices[device])
+    x = gpu.claim(jax.device_put(values, jax.devices("cpu")[0]), gpu.devices[device])
     assert type(x).__name__ == "ArrayImpl"
     return x, x.unsafe_buffer_pointer()
 
@@ -207,3 +207,34 @@ def test_cpu_arrays_still_take_the_cpu_route(sim, pipeline):
     pipeline.calls = 0
     out = dlbridge.to_torch(a)
     assert pipeline.calls == 0 and out.data_ptr() == a.ctypes.data
+
+
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_cpu_jax_arrays_take_the_cpu_route_where_jax_has_a_gpu(sim, pipeline, target):
+    """The route is decided per array's device: with a GPU backend in JAX, its CPU arrays still replay
+    warm without the pipeline (zero-copy), and its GPU arrays of the same type are declined by the CPU
+    half before any export (one export, the GPU half's)."""
+    from dlbridge._adapters import ADAPTERS
+
+    gpu = sim.jax()
+    assert ADAPTERS["jax"].has_cuda()
+    x = jax.device_put(np.arange(6, dtype=np.float32), jax.devices("cpu")[0])
+    to = getattr(dlbridge, f"to_{target}")
+    to(x)  # the pipeline converts it and the route learns JAX's array type
+    for _ in range(3):
+        pipeline.calls = 0
+        out = to(x)
+        assert pipeline.calls == 0, "a CPU JAX array took the pipeline"
+        ptr = out.data_ptr() if target == "torch" else out.ctypes.data
+        assert ptr == x.unsafe_buffer_pointer() and np.asarray(out).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    if target == "torch":
+        g, gptr = _source(sim, "jax", torch.arange(6.0, device="cpu"))
+        assert g.device is gpu.devices[0]
+        to(g)
+        _use_stream(sim, "torch")
+        sim.log.clear()
+        pipeline.calls = 0
+        out = to(g)
+        assert pipeline.calls == 0 and sim.log.exports("jax") == 1, sim.log  # the GPU half's export only
+        assert sim.log.streams_handed("jax") == [STREAM], sim.log
+        assert out.data_ptr() == gptr and out.device == torch.device("cuda", 0)

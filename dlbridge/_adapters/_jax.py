@@ -101,12 +101,20 @@ class JaxAdapter(Adapter):
     def fast_export(self, cls: type) -> FastExport | None:
         if not self._plain_export(cls):
             return None
-        # The route replays CPU memory only, and where JAX has a GPU backend its arrays may live there:
-        # telling them apart costs a Python call (__dlpack_device__), and exporting to find out would
-        # block on the array's computation (no stream). So there, JAX arrays take the pipeline.
-        if self.has_cuda():
+        if not self.has_cuda() and self.mod.default_backend() == "cpu":
+            return (0, None, (), None, None)  # every array is in host memory
+        # The route replays CPU memory only, and here JAX arrays may live on a GPU: a guard tells them
+        # apart per array, before any export (exporting to find out would block on a GPU array's
+        # computation: no stream). ArrayImpl.device is the one device of a single-device array, the
+        # backend's own Device object (jax/_src/array.py, jax 0.10.2, `device`: the sharding's
+        # device_set; probe 2026-11-27, jax 0.10.2: `x.device is jax.devices("cpu")[0]` for an array put
+        # there), so identity tells a CPU array from a GPU one. Only the first CPU device: JAX names every
+        # CPU device 0 to DLPack (__dlpack_device__), and the route replays device (kDLCPU, 0); arrays on
+        # XLA's other forced host devices take the pipeline. JAX before 0.4.31 has no ArrayImpl.device
+        # (jax 0.4.30: AttributeError): there every array takes the pipeline, as before.
+        if not isinstance(getattr(cls, "device", None), property):
             return None
-        return (0, None, (), None, None)
+        return (0, None, (("device", False, self.mod.devices("cpu")[0]),), None, None)
 
     def import_alignment(self, caps: Capabilities) -> int:
         # Older JAX crashes copying an unaligned CPU buffer; the pipeline copies through the host.
