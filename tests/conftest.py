@@ -121,11 +121,13 @@ def cuda():
         pytest.skip(reason)
 
 
-def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter: crash-prone cases must not take the suite down."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
-    )
+def run_child(code: str, timeout: float = 120, block: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter: crash-prone cases must not take the suite down. ``block``:
+    modules the child cannot import, as if they were not installed (``tests/_blocking.py``)."""
+    from tests._blocking import child_code
+
+    script = (child_code(block) if block else "") + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -137,14 +137,13 @@ def test_without_array_api_strict_the_error_says_what_to_install() -> None:
 
     proc = run_child(
         """
-        import sys
-        sys.modules["array_api_strict"] = None  # as if it were not installed
         import numpy as np, dlbridge
         try:
             dlbridge.convert(np.ones(2), "array-api-strict")
         except dlbridge.MissingFrameworkError as err:
             print("MISSING:", err)
-        """
+        """,
+        block=("array_api_strict",),  # as if it were not installed
     )
     assert "MISSING:" in proc.stdout and "pip install array_api_strict" in proc.stdout, proc.stdout + proc.stderr
 

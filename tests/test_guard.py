@@ -69,7 +69,6 @@ def test_bf16_round_trip_through_numpy_body() -> None:
 # A child interpreter without ml_dtypes: NumPy cannot hold bf16, so fallback="view" hands the
 # body a uint16 view, and results come back as bf16 (same memory, or new uint16 arrays relabelled).
 _BF16_VIEW_CHILD = """
-    import sys; sys.modules["ml_dtypes"] = None
     import numpy as np, torch, dlbridge
     x = torch.tensor([1.0, -2.0, 0.5, 3.5], dtype=torch.bfloat16)
     seen = []
@@ -114,7 +113,7 @@ _BF16_VIEW_CHILD = """
 
 
 def test_bf16_view_fallback_through_numpy_body_without_ml_dtypes() -> None:
-    done = run_child(_BF16_VIEW_CHILD)
+    done = run_child(_BF16_VIEW_CHILD, block=("ml_dtypes",))
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
