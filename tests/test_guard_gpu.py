@@ -160,7 +160,7 @@ def test_mixed_arguments_in_containers(cupy) -> None:
 
 
 def test_cpu_arguments_go_to_the_gpu_and_results_come_back(cupy) -> None:
-    x = torch.arange(4, dtype=torch.float32)
+    x = torch.arange(4, dtype=torch.float32, device="cpu")
 
     @dlbridge.guard("cupy", device="cuda")
     def double(a):

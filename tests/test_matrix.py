@@ -104,7 +104,7 @@ def test_jax_x64_off_refuses_int64_instead_of_narrowing() -> None:
     torch = need("torch")
     if _jax_x64():
         pytest.skip("x64 is on in this process")
-    t = torch.arange(3, dtype=torch.int64) + 2**40
+    t = torch.arange(3, dtype=torch.int64, device="cpu") + 2**40
     with pytest.raises(dlbridge.UnsupportedDtypeError, match=r"jax_enable_x64"):
         dlbridge.to_jax(t)
 

@@ -104,7 +104,7 @@ PAIRS = [("torch", "cupy"), ("cupy", "torch"), ("jax", "torch"), ("jax", "cupy")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "bool"])
 @pytest.mark.parametrize("producer,target", PAIRS)
 def test_warm_gpu_conversions_replay_with_one_export(sim, pipeline, producer, target, dtype):
-    ref = torch.arange(6).to(getattr(torch, dtype))
+    ref = torch.arange(6, device="cpu").to(getattr(torch, dtype))
     x, ptr = _source(sim, producer, ref)
     to = getattr(dlbridge, f"to_{target}")
     to(x)  # the pipeline converts it and the route learns x's type
@@ -122,7 +122,7 @@ def test_warm_gpu_conversions_replay_with_one_export(sim, pipeline, producer, ta
 
 
 def test_the_producer_is_handed_the_stream_of_the_arrays_device(sim, pipeline):
-    x, ptr = _source(sim, "torch", torch.arange(4.0), device=1)  # cuda:1 while cuda:0 is current
+    x, ptr = _source(sim, "torch", torch.arange(4.0, device="cpu"), device=1)  # cuda:1 while cuda:0 is current
     dlbridge.to_cupy(x)
     _use_stream(sim, "cupy", device=1)
     sim.log.clear()
@@ -137,7 +137,7 @@ def test_the_producer_is_handed_the_stream_of_the_arrays_device(sim, pipeline):
 
 def test_bfloat16_to_cupy_13_3_is_exported_once_and_never_crashes(sim, pipeline):
     cp = sim.cupy("13.3.0")  # crashes on a bfloat16 capsule (SimulatedCrash, a BaseException)
-    x = exact.cuda_tensor(torch.arange(6, dtype=torch.float32).to(torch.bfloat16))
+    x = exact.cuda_tensor(torch.arange(6, dtype=torch.float32, device="cpu").to(torch.bfloat16))
     for _ in range(3):
         sim.log.clear()
         with pytest.raises(DLBridgeError):
@@ -154,13 +154,15 @@ def test_bfloat16_to_cupy_13_3_is_exported_once_and_never_crashes(sim, pipeline)
 
 @pytest.mark.parametrize("state", ["requires_grad", "strided"])
 def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipeline, monkeypatch, state):
-    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    base = torch.arange(12, dtype=torch.float32, device="cpu").reshape(3, 4)
     x = exact.cuda_tensor(base.t() if state == "strided" else base)
     if state == "requires_grad":
         x.requires_grad_(True)
     from dlbridge import _route_gpu
 
-    dlbridge.to_cupy(exact.cuda_tensor(torch.arange(4.0)))  # the route learns torch.Tensor and CuPy's state
+    dlbridge.to_cupy(
+        exact.cuda_tensor(torch.arange(4.0, device="cpu"))
+    )  # the route learns torch.Tensor and CuPy's state
     real, made = _route_gpu.export, []
     monkeypatch.setattr(_route_gpu, "export", lambda state, x: made.append(real(state, x)) or made[-1])
     for _ in range(3):
@@ -190,7 +192,7 @@ def test_managed_memory_into_torch_is_handed_torchs_stream(sim, pipeline, versio
 
 def test_jax_as_consumer_stays_on_the_pipeline_with_jaxs_own_stream(sim, pipeline):
     gpu = sim.jax()
-    x, _ = _source(sim, "torch", torch.arange(6.0))
+    x, _ = _source(sim, "torch", torch.arange(6.0, device="cpu"))
     for _ in range(3):
         sim.log.clear()
         pipeline.calls = 0

@@ -32,7 +32,11 @@ FP4 = "float4_e2m1fn_x2"  # torch's packed float4: NumPy and JAX cannot hold it
 def _fp4(n: int = 8, fill: int | None = None) -> torch.Tensor:
     if not hasattr(torch, FP4):
         pytest.skip("this torch has no float4_e2m1fn_x2")
-    raw = torch.arange(n, dtype=torch.uint8) * 17 if fill is None else torch.full((n,), fill, dtype=torch.uint8)
+    raw = (
+        torch.arange(n, dtype=torch.uint8, device="cpu") * 17
+        if fill is None
+        else torch.full((n,), fill, dtype=torch.uint8, device="cpu")
+    )
     return raw.view(torch.float4_e2m1fn_x2)
 
 
@@ -93,7 +97,7 @@ def test_consumer_copy_leaves_the_source_memory_unlabelled() -> None:
 def test_view_after_set_is_a_plain_array_and_its_old_memory_too() -> None:
     src = _b11_numpy()
     v = dlbridge.to_torch(src, fallback="view")
-    other = torch.full((4,), 0x41, dtype=torch.uint8)
+    other = torch.full((4,), 0x41, dtype=torch.uint8, device="cpu")
     v.set_(other)
     out = dlbridge.to_numpy(v)
     assert out.dtype == np.uint8 and out.ctypes.data == other.data_ptr() and out.tolist() == [0x41] * 4
