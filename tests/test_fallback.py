@@ -189,7 +189,7 @@ def test_numpy_without_ml_dtypes_needs_a_fallback() -> None:
     proc = run_child(
         """
         import numpy as np, torch, dlbridge
-        t = torch.tensor([1.0, -2.5, 3.0], dtype=torch.bfloat16)
+        t = torch.tensor([1.0, -2.5, 3.0], dtype=torch.bfloat16, device="cpu")
         try:
             dlbridge.to_numpy(t)
         except dlbridge.UnsupportedDtypeError as e:

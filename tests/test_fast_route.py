@@ -426,7 +426,7 @@ import os, sys
 os.environ.pop("DLBRIDGE_FALLBACK", None)
 sys.path.insert(0, {root!r})
 import numpy as np, torch, dlbridge
-x = torch.zeros(4, dtype=torch.complex32)
+x = torch.zeros(4, dtype=torch.complex32, device="cpu")
 def dtype():
     try:
         return str(dlbridge.to_numpy(x).dtype)

@@ -71,7 +71,7 @@ def test_bf16_round_trip_through_numpy_body() -> None:
 # body a uint16 view, and results come back as bf16 (same memory, or new uint16 arrays relabelled).
 _BF16_VIEW_CHILD = """
     import numpy as np, torch, dlbridge
-    x = torch.tensor([1.0, -2.0, 0.5, 3.5], dtype=torch.bfloat16)
+    x = torch.tensor([1.0, -2.0, 0.5, 3.5], dtype=torch.bfloat16, device="cpu")
     seen = []
 
     def body(a):

@@ -168,7 +168,7 @@ def test_dlbridge_initialises_warp_quietly() -> None:
     proc = run_child(
         """
         import torch, dlbridge
-        out = dlbridge.to_warp(torch.ones(3))
+        out = dlbridge.to_warp(torch.ones(3, device="cpu"))
         print(out.numpy().tolist())
         """
     )
