@@ -17,7 +17,10 @@ import textwrap
 import pytest
 
 from dlbridge._adapters._support import findable
+from tests import _foreign
 from tests._isolated import pytest_configure, pytest_pyfunc_call, pytest_runtest_logreport
+
+_foreign.prepare_environment()  # DLBRIDGE_TEST_FOREIGN_DEFAULT=1: before any framework is imported
 
 __all__ = [
     "need",
