@@ -217,7 +217,10 @@ def test_cpu_jax_arrays_take_the_cpu_route_where_jax_has_a_gpu(sim, pipeline, ta
     warm without the pipeline (zero-copy), and its GPU arrays of the same type are declined by the CPU
     half before any export (one export, the GPU half's)."""
     from dlbridge._adapters import ADAPTERS
+    from tests.conftest import caps_of
 
+    if target == "numpy" and caps_of("numpy").readonly_imports:
+        pytest.skip("NumPy < 2.2 imports read-only: the pipeline makes every result writable, GPU or not")
     gpu = sim.jax()
     assert ADAPTERS["jax"].has_cuda()
     x = jax.device_put(np.arange(6, dtype=np.float32), jax.devices("cpu")[0])
