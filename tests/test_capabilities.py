@@ -98,7 +98,7 @@ for name in names:
     if dt is None:
         continue
     try:
-        src = jnp.zeros((4,), dtype=dt)
+        src = jax.device_put(jnp.zeros((4,), dtype=dt), jax.devices("cpu")[0])
     except Exception:
         continue
     if str(src.dtype) != name and not (name == "bool" and src.dtype == jnp.bool_):
