@@ -6,6 +6,9 @@ be compared bit for bit, whatever framework produced or consumed them.
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 import numpy as np
 
 from dlbridge._adapters import ADAPTERS
@@ -146,3 +149,13 @@ def jax_cpu(values, dtype=None):
     import jax
 
     return jax.device_put(jax.numpy.asarray(values, dtype=dtype), jax.devices("cpu")[0])
+
+
+def set_in_place(x: Any, **attributes: Any) -> Any:
+    """``x.shape = ...`` / ``x.dtype = ...`` on a NumPy array, as user code does it: NumPy 2.5 deprecates
+    both (a DeprecationWarning, an error under the suite's filterwarnings), and they still work."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for name, value in attributes.items():
+            setattr(x, name, value)
+    return x

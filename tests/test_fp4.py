@@ -218,6 +218,33 @@ def test_a_padded_capsule_reaches_numpy_zero_copy_and_torch_repacked():
     del out, pairs
 
 
+def test_a_legacy_capsule_dlbridge_marks_padded_reads_one_value_a_byte():
+    """NumPy < 2.1 exports legacy capsules only, which have no flags: the NumPy adapter's fp4 export
+    marks its one-value-a-byte capsule through the capsule's context, and the reader reads it back as
+    IS_SUBBYTE_TYPE_PADDED (read as packed, torch got other values: numpy 2.0.2, found by .ci/edges)."""
+    from dlbridge._capsule._edit import mark_padded
+    from dlbridge._capsule._read import read
+    from dlbridge._dtypes import BY_NAME
+
+    torch = need("torch")
+    codes = CODES.reshape(2, 8).copy()
+    for make in (lambda: codes.__dlpack__(), lambda: codes.__dlpack__(max_version=(1, 0))):
+        capsule = make()
+        mark_padded(capsule, BY_NAME["float4_e2m1fn"])
+        info = read(capsule)
+        assert (info.code, info.bits, info.shape, info.flags & (1 << 2)) == (17, 4, (2, 8), 1 << 2), info
+        out = dlbridge.to_numpy(capsule)
+        assert out.dtype == FP4 and out.view(np.uint8).tolist() == codes.tolist()
+        assert out.ctypes.data == codes.ctypes.data  # zero-copy
+    plain = codes.__dlpack__()  # the same bytes, unmarked: packed two a byte, as a capsule says
+    assert not read(plain).flags
+    capsule = codes.__dlpack__()
+    mark_padded(capsule, BY_NAME["float4_e2m1fn"])
+    with pytest.raises(LayoutError, match="one value a byte"):  # a raw capsule torch would take as pairs
+        dlbridge.to_torch(capsule)
+    del plain, capsule, torch
+
+
 def test_inspect_describes_numpy_fp4_as_a_padded_capsule_of_its_memory():
     host = CODES.view(FP4).reshape(4, 4)
     info = dlbridge.inspect(host)

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 import dlbridge
+from tests._arrays import set_in_place
 from tests._guard_helpers import fp4, np, ptr, torch
 
 # --- in-place metadata changes: the result is what the body returned ------------------------------
@@ -23,13 +24,11 @@ def _unsqueeze_(x):
 
 
 def _reshape_in_place(x):
-    x.shape = (3, 2)
-    return x
+    return set_in_place(x, shape=(3, 2))
 
 
 def _redtype_in_place(x):
-    x.dtype = np.int32
-    return x
+    return set_in_place(x, dtype=np.int32)
 
 
 def test_torch_body_t_in_place_returns_the_transposed_array_not_the_callers_original() -> None:
@@ -98,8 +97,7 @@ def test_numpy_body_reshaping_a_view_in_place_returns_the_logical_dtype_in_the_n
 
 
 def _reshape_flat_in_place(x):
-    x.shape = (1, 4)
-    return x
+    return set_in_place(x, shape=(1, 4))
 
 
 # --- async def bodies ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 
 import dlbridge
 from dlbridge._pipeline import _logical as _logical
-from tests._arrays import np_dtype
+from tests._arrays import np_dtype, set_in_place
 from tests.conftest import caps_of, need
 from tests.ctypes_producer import CtypesArray
 
@@ -112,11 +112,11 @@ def test_numpy_view_changed_in_place_is_a_plain_array(change: str) -> None:
     v = dlbridge.to_numpy(t, fallback="view")
     assert v.dtype == np.uint8 and v.ctypes.data == t.data_ptr()
     if change == "shape":
-        v.shape = (2, 4)
+        set_in_place(v, shape=(2, 4))
         out = dlbridge.to_torch(v)
         assert out.dtype == torch.uint8 and out.shape == (2, 4)
     else:
-        v.dtype = np.int8
+        set_in_place(v, dtype=np.int8)
         out = dlbridge.to_torch(v)
         assert out.dtype == torch.int8
     assert out.data_ptr() == t.data_ptr()
