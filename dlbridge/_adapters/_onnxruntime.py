@@ -210,6 +210,9 @@ class OnnxruntimeAdapter(FastRoute, Adapter):
     def data_ptr(self, arr: Any) -> int:
         return int(arr.data_ptr())
 
+    def view_memory(self, arr: Any) -> tuple[int, tuple[int, ...]]:
+        return int(arr.data_ptr()), tuple(arr.shape())  # OrtValue.shape is a method
+
     def copy(self, arr: Any) -> Any:
         from ._numpy import aligned_copy
 
