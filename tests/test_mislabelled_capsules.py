@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge import _route
 from dlbridge._capabilities import capabilities
-from dlbridge._capsule_probe import probe
+from dlbridge._capsule._probe import probe
 from dlbridge._dtypes import BY_NAME, FLOAT8
 from dlbridge._errors import CapsuleError
+from dlbridge._route import _replay as _route
 from dlbridge._rows import cupy as cupy_rows
 from dlbridge._rows._common import ML_ONLY
 from tests._route_helpers import on_both_paths, route_path  # noqa: F401 - the fixture on_both_paths parametrizes

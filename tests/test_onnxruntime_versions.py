@@ -21,7 +21,7 @@ import dlbridge
 from dlbridge._adapters import ADAPTERS
 from dlbridge._adapters._numpy import aligned_copy
 from dlbridge._capabilities import capabilities, floor, parse_version
-from dlbridge._capsule_probe import probe
+from dlbridge._capsule._probe import probe
 from tests._arrays import bits, reference, torch_bits
 from tests._route_helpers import on_both_paths, route_path  # noqa: F401 - the fixture on_both_paths parametrizes
 from tests.conftest import need
@@ -188,7 +188,7 @@ def test_the_report_never_reads_an_ortvalue_that_is_not_on_the_host() -> None:
 
 @pytest.mark.usefixtures("supported")
 def test_the_route_never_replays_the_raw_capsule_of_a_producer_that_mislabels(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlbridge import _route
+    from dlbridge._route import _replay as _route
 
     adapter = ADAPTERS["onnxruntime"]
     monkeypatch.setattr(adapter, "caps", capabilities("onnxruntime", "1.30.0"))  # its rows before 1.32

@@ -19,7 +19,7 @@ import pytest
 import dlbridge
 from dlbridge._adapters import PRODUCER_ONLY
 from dlbridge._capabilities import capabilities
-from dlbridge._capsule_probe import probe
+from dlbridge._capsule._probe import probe
 from dlbridge._report._worker import _export_fails, run_task
 from tests._route_helpers import on_both_paths, route_path  # noqa: F401 - the fixture on_both_paths parametrizes
 from tests.conftest import need

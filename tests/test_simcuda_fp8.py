@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge._capsule_probe import probe
+from dlbridge._capsule._probe import probe
 from dlbridge._errors import CapsuleError, UnsupportedDtypeError
 from tests._route_helpers import counting_declines, on_both_paths, route_path  # noqa: F401 - the fixture on_both_paths parametrizes
 from tests.simcuda import SimulatedCrash

@@ -3,8 +3,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from .._capsule_edit import relabel
-from .._capsule_probe import probe
+from .._capsule._edit import relabel
+from .._capsule._probe import probe
 from .._dtypes import BY_NAME
 from .._errors import UnsupportedDtypeError
 from ._base import Adapter, FastExport, Prober, export_capsule

@@ -16,8 +16,8 @@ import ctypes
 from typing import Any
 
 from .._capabilities import Capabilities, imports_from
-from .._capsule import read
-from .._capsule_edit import relabel
+from .._capsule._edit import relabel
+from .._capsule._read import read
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
 from ._base import Adapter, FastExport, Prober
