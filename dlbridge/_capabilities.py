@@ -21,14 +21,20 @@ import sys
 from functools import cache, lru_cache
 from typing import NamedTuple
 
-from ._dtypes import BY_NAME
-from ._rows import FEATURES, KINDS, PRODUCER_KINDS, SUPPORT, TABLE, Row
+from ._rows import FEATURES, KINDS, PRODUCER_KINDS, REGISTRY, SUPPORT, Row
 
-__all__ = ["Row", "TABLE", "Capabilities", "capabilities", "parse_version", "FEATURES", "KINDS", "satisfied",
-           "installed_version", "floor", "version_notes"]  # fmt: skip
+__all__ = ["Row", "table", "consumers", "Capabilities", "capabilities", "parse_version", "FEATURES", "KINDS",
+           "satisfied", "installed_version", "floor", "version_notes"]  # fmt: skip
 
 
-CONSUMERS = tuple(dict.fromkeys(row.consumer for row in TABLE if row.what == "imports"))  # not producers only
+def table() -> tuple[Row, ...]:
+    """Every row of every framework in the registry (``dlbridge._rows``), in its order."""
+    return REGISTRY.table()
+
+
+def consumers() -> tuple[str, ...]:
+    """The frameworks dlbridge converts into (those that are only sources, such as pyarrow, are not)."""
+    return tuple(name for name, framework in REGISTRY.entries.items() if framework.target)
 
 
 class Capabilities(NamedTuple):
@@ -53,6 +59,7 @@ class Capabilities(NamedTuple):
     copies_imports: bool
     exports_legacy_only: bool  # as a producer: legacy capsules only (no max_version)
     detects_bool_sources: bool
+    aborts_on_null_deleter: bool
     exports_uint8: frozenset[str]  # as a producer: dtypes its capsules label uint8
     exports_as_float: frozenset[str]  # as a producer: dtypes its capsules label kDLFloat of their width
     cannot_export: frozenset[str]  # as a producer: dtypes its __dlpack__ refuses
@@ -133,11 +140,15 @@ def _applies(row: Row, version: tuple[int, ...]) -> bool:
     return row.requires is None or satisfied(row.requires)
 
 
-@lru_cache(maxsize=64)
 def capabilities(consumer: str, version: str) -> Capabilities:
-    """What ``consumer`` at ``version`` accepts, read off TABLE (cached)."""
+    """What ``consumer`` at ``version`` accepts, read off the table (cached while the registry is unchanged)."""
+    return _capabilities(consumer, version, REGISTRY.generation)
+
+
+@lru_cache(maxsize=64)
+def _capabilities(consumer: str, version: str, generation: int) -> Capabilities:
     v = parse_version(version)
-    rows = [r for r in TABLE if r.consumer == consumer and _applies(r, v)]
+    rows = [r for r in table() if r.consumer == consumer and _applies(r, v)]
     imports = frozenset().union(*(r.dtypes for r in rows if r.what == "imports"))
     holds = imports.union(*(r.dtypes for r in rows if r.what == "holds"))
     flags: dict[str, object] = {f: any(r.what == f for r in rows) for f in FEATURES}
@@ -151,7 +162,7 @@ def missing_requirements(consumer: str, version: str, dtype: str) -> list[str]:
     return sorted(
         {
             part.strip()
-            for r in TABLE
+            for r in table()
             if r.consumer == consumer and r.what in ("imports", "holds") and dtype in r.dtypes and r.requires
             and not satisfied(r.requires) and _applies(r._replace(requires=None), v)
             for part in r.requires.split(",") if not satisfied(part.strip())
@@ -163,7 +174,7 @@ def imports_from(consumer: str, version: str, dtype: str) -> str | None:
     """The first release after ``version`` whose rows have ``consumer`` import ``dtype`` (for messages
     naming the upgrade that fixes a refusal); None where no later row does."""
     v = parse_version(version)
-    later = [r.since for r in TABLE if r.consumer == consumer and r.what == "imports" and dtype in r.dtypes
+    later = [r.since for r in table() if r.consumer == consumer and r.what == "imports" and dtype in r.dtypes
              and r.since is not None and parse_version(r.since) > v]  # fmt: skip
     return min(later, key=parse_version) if later else None
 
@@ -202,6 +213,3 @@ def version_notes(name: str, version: str) -> list[str]:
         notes.append(f"outside the releases dlbridge's capability rows were probed on ({low} to {high}.x): "
                      "their predictions are unverified here (dlbridge report checks them)")  # fmt: skip
     return notes
-
-
-assert all(d in BY_NAME for r in TABLE for d in r.dtypes), "TABLE names an unknown dtype"

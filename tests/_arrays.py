@@ -137,3 +137,12 @@ def torch_bits(t) -> np.ndarray:
     width = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}[t.element_size()]
     raw = t.contiguous().view(width)
     return np.ascontiguousarray(raw.numpy()).view(np.uint8).reshape(*t.shape, t.element_size())
+
+
+def jax_cpu(values, dtype=None):
+    """``jnp.asarray(values, dtype)`` placed on the first CPU device, whatever JAX's default device is (on
+    a GPU machine, the GPU). Committed there: what JAX computes from it stays on the CPU too, as the
+    tests' CPU expectations assume (``tests/_foreign.py`` checks that they do)."""
+    import jax
+
+    return jax.device_put(jax.numpy.asarray(values, dtype=dtype), jax.devices("cpu")[0])

@@ -10,6 +10,7 @@ JAX dispatches asynchronously).
 from __future__ import annotations
 
 import dlbridge
+from tests._arrays import jax_cpu
 from tests._robust_helpers import np, torch
 from tests.conftest import need
 
@@ -18,7 +19,7 @@ jnp = jax.numpy
 
 
 def test_torch_from_jax_is_a_writable_alias() -> None:
-    x = jnp.arange(16, dtype=jnp.float32)
+    x = jax_cpu(jnp.arange(16, dtype=jnp.float32))
     t = dlbridge.to_torch(x)
     assert t.data_ptr() == x.unsafe_buffer_pointer() and t.dtype == torch.float32
     t[0] = 100.0  # torch has no read-only tensors: nothing stops the write
@@ -28,7 +29,7 @@ def test_torch_from_jax_is_a_writable_alias() -> None:
 
 
 def test_jitted_constant_does_not_see_writes_through_the_alias() -> None:
-    x = jnp.arange(16, dtype=jnp.float32)
+    x = jax_cpu(jnp.arange(16, dtype=jnp.float32))
     constant = jax.jit(lambda: x * 2)  # x captured as a constant of the compiled function
     assert float(constant()[0]) == 0.0
     dlbridge.to_torch(x)[0] = 100.0
@@ -39,7 +40,7 @@ def test_jitted_constant_does_not_see_writes_through_the_alias() -> None:
 
 def test_numpy_from_jax_is_read_only() -> None:
     """Where the consumer can say so, the alias is read-only (JAX exports READ_ONLY)."""
-    x = jnp.arange(16, dtype=jnp.float32)
+    x = jax_cpu(jnp.arange(16, dtype=jnp.float32))
     n = dlbridge.to_numpy(x)
     assert n.__array_interface__["data"][0] == x.unsafe_buffer_pointer() and not n.flags.writeable
 
@@ -47,7 +48,7 @@ def test_numpy_from_jax_is_read_only() -> None:
 def test_jax_from_torch_sees_later_writes_to_the_source() -> None:
     """The JAX array is the source's memory: write the source only once JAX work on it is done
     (``block_until_ready()`` on the results), or pass copy=True."""
-    t = torch.zeros(16, dtype=torch.float32)
+    t = torch.zeros(16, dtype=torch.float32, device="cpu")
     j = dlbridge.to_jax(t)
     assert j.unsafe_buffer_pointer() == t.data_ptr()
     t[0] = 7.0

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge._adapters import PRODUCER_ONLY
+from dlbridge._adapters import ALL_ADAPTERS
 from dlbridge._capabilities import capabilities
 from dlbridge._capsule._probe import probe
 from dlbridge._report._worker import _export_fails, run_task
@@ -26,7 +26,7 @@ from tests.conftest import need
 
 pa = need("pyarrow")
 CAPS = capabilities("pyarrow", pa.__version__)
-ARROW = next(a for a in PRODUCER_ONLY if a.name == "pyarrow")
+ARROW = ALL_ADAPTERS["pyarrow"]
 LEGACY = CAPS.exports_legacy_only  # pyarrow < 26
 
 pytest_generate_tests = on_both_paths

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dlbridge._adapters import ADAPTERS, PRODUCER_ONLY
+from dlbridge._adapters import ADAPTERS, ALL_ADAPTERS
 from dlbridge._capabilities import capabilities, floor, version_notes
 from dlbridge._report import _doctor
 from dlbridge._report._cases import DEVICE_CODE
@@ -130,7 +130,7 @@ def test_pyprojects_extras_are_the_floors_the_rows_hold() -> None:
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
-    adapters = {a.name: a for a in (*ADAPTERS.values(), *PRODUCER_ONLY)}
+    adapters = dict(ALL_ADAPTERS)
     held = {adapters[name].extra: list(s.extra) for name, s in SUPPORT.items() if s.extra}
     assert held == extras  # every extra, requirement for requirement, in order
     assert set(SUPPORT) == set(adapters)  # every framework has its floors and probed range

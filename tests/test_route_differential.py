@@ -47,6 +47,7 @@ from dlbridge._adapters import ADAPTERS, adapter_for
 from dlbridge._errors import DLBridgeError
 from dlbridge._options import NOT_GIVEN, resolve_fallback
 from dlbridge._pipeline._convert import _convert
+from dlbridge._route import _learn
 from dlbridge._route import _replay as _route
 from tests._route_helpers import ptr
 from tests.conftest import need
@@ -201,7 +202,9 @@ def make(src: Source | ViewSource) -> Any:
         if src.dtype in ("complex32", "float4_e2m1fn_x2"):  # torch dtypes NumPy has no counterpart of
             torch = need("torch")
             shape = SHAPES[src.layout]
-            bits = (torch.arange(max(prod(shape), 1) * 4, dtype=torch.int64) % 251).to(torch.uint8)[: prod(shape) * 4]
+            bits = (torch.arange(max(prod(shape), 1) * 4, dtype=torch.int64, device="cpu") % 251).to(torch.uint8)[
+                : prod(shape) * 4
+            ]
             wide = bits.view(torch.uint32) if src.dtype == "complex32" else bits[: prod(shape)]
             base = wide.view(getattr(torch, src.dtype)).reshape(shape)
             base = {"transposed": lambda t: t.T, "sliced": lambda t: t[1:, 2:]}.get(src.layout, lambda t: t)(base)
@@ -342,10 +345,10 @@ def forget() -> None:
     ``fallback_policy`` block was ever used: the next call is cold."""
     _options._blocks_used = False
     _options._refresh_cell()
-    _route._producers.clear()
-    _route._seen.clear()
-    for spec in _route.SPECS.values():  # the spec holds one state, replaced whole: a fresh one
-        spec[0] = _route._state(spec[0].target)
+    _learn.producers.clear()
+    _learn._seen.clear()
+    for spec in _learn.SPECS.values():  # the spec holds one state, replaced whole: a fresh one
+        spec[0] = _learn.new_state(spec[0].target)
 
 
 def import_a_module() -> None:

@@ -71,7 +71,7 @@ def _source(sim: Sim, producer: str, ref, device: int = 0):
         assert type(x) is sim.cp.ndarray
         return x, x.data.ptr
     gpu = sim.gpu or sim.jax()
-    x = gpu.claim(jnp.asarray(values), gpu.devices[device])
+    x = gpu.claim(jax.device_put(values, jax.devices("cpu")[0]), gpu.devices[device])
     assert type(x).__name__ == "ArrayImpl"
     return x, x.unsafe_buffer_pointer()
 
@@ -104,7 +104,7 @@ PAIRS = [("torch", "cupy"), ("cupy", "torch"), ("jax", "torch"), ("jax", "cupy")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "bool"])
 @pytest.mark.parametrize("producer,target", PAIRS)
 def test_warm_gpu_conversions_replay_with_one_export(sim, pipeline, producer, target, dtype):
-    ref = torch.arange(6).to(getattr(torch, dtype))
+    ref = torch.arange(6, device="cpu").to(getattr(torch, dtype))
     x, ptr = _source(sim, producer, ref)
     to = getattr(dlbridge, f"to_{target}")
     to(x)  # the pipeline converts it and the route learns x's type
@@ -122,22 +122,30 @@ def test_warm_gpu_conversions_replay_with_one_export(sim, pipeline, producer, ta
 
 
 def test_the_producer_is_handed_the_stream_of_the_arrays_device(sim, pipeline):
-    x, ptr = _source(sim, "torch", torch.arange(4.0), device=1)  # cuda:1 while cuda:0 is current
+    x, ptr = _source(sim, "torch", torch.arange(4.0, device="cpu"), device=1)  # cuda:1 while cuda:0 is current
     dlbridge.to_cupy(x)
     _use_stream(sim, "cupy", device=1)
     sim.log.clear()
     pipeline.calls = 0
     out = dlbridge.to_cupy(x)
-    assert pipeline.calls == 0
-    assert sim.log.streams_handed("torch") == [STREAM], sim.log  # cupy's stream on device 1, not 0
+    # torch's handshake is made on the current device: the route declines before any export, and the
+    # pipeline switches to cuda:1 and exports once, handing torch cupy's stream on device 1, not 0
+    assert pipeline.calls == 1
+    assert sim.log.streams_handed("torch") == [STREAM], sim.log
     assert [c.detail["device"] for c in sim.log.of("export", "torch")] == [1]
     assert _result(out, "cupy")[2:] == (ptr, 1)
     assert sim.state.current_device == 0  # the switch to device 1 for the export was undone
+    sim.state.current_device = 1  # on the current device the route does the same handshake itself
+    sim.log.clear()
+    pipeline.calls = 0
+    out = dlbridge.to_cupy(x)
+    assert pipeline.calls == 0 and sim.log.streams_handed("torch") == [STREAM], sim.log
+    assert _result(out, "cupy")[2:] == (ptr, 1)
 
 
 def test_bfloat16_to_cupy_13_3_is_exported_once_and_never_crashes(sim, pipeline):
     cp = sim.cupy("13.3.0")  # crashes on a bfloat16 capsule (SimulatedCrash, a BaseException)
-    x = exact.cuda_tensor(torch.arange(6, dtype=torch.float32).to(torch.bfloat16))
+    x = exact.cuda_tensor(torch.arange(6, dtype=torch.float32, device="cpu").to(torch.bfloat16))
     for _ in range(3):
         sim.log.clear()
         with pytest.raises(DLBridgeError):
@@ -153,16 +161,12 @@ def test_bfloat16_to_cupy_13_3_is_exported_once_and_never_crashes(sim, pipeline)
 
 
 @pytest.mark.parametrize("state", ["requires_grad", "strided"])
-def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipeline, monkeypatch, state):
-    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipeline, state):
+    base = torch.arange(12, dtype=torch.float32, device="cpu").reshape(3, 4)
     x = exact.cuda_tensor(base.t() if state == "strided" else base)
     if state == "requires_grad":
         x.requires_grad_(True)
-    from dlbridge._route import _gpu as _route_gpu
-
-    dlbridge.to_cupy(exact.cuda_tensor(torch.arange(4.0)))  # the route learns torch.Tensor and CuPy's state
-    real, made = _route_gpu.export, []
-    monkeypatch.setattr(_route_gpu, "export", lambda state, x: made.append(real(state, x)) or made[-1])
+    dlbridge.to_cupy(exact.cuda_tensor(torch.arange(4.0, device="cpu")))  # the route learns torch.Tensor and CuPy's state
     for _ in range(3):
         sim.log.clear()
         pipeline.calls = 0
@@ -170,7 +174,9 @@ def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipe
             dlbridge.to_cupy(x)
         assert pipeline.calls == 1  # the pipeline converts (or refuses) it, and says why
         assert sim.log.exports("torch") <= 1, sim.log  # only the pipeline's export, if any
-    assert made and all(m is None for m in made), "the route's GPU half exported it"
+        # the streams are the same (both on the default stream), so the route would export through the
+        # exchange API (logged with exchange=True): it never did
+        assert not [c for c in sim.log.of("export", "torch") if c.detail.get("exchange")], sim.log
 
 
 @pytest.mark.parametrize("version", ["13.3.0", "14.2.0"])
@@ -188,17 +194,20 @@ def test_managed_memory_into_torch_is_handed_torchs_stream(sim, pipeline, versio
         assert out.data_ptr() == x.data.ptr and out.device == torch.device("cuda", 0)
 
 
-def test_jax_as_consumer_stays_on_the_pipeline_with_jaxs_own_stream(sim, pipeline):
-    gpu = sim.jax()
-    x, _ = _source(sim, "torch", torch.arange(6.0))
+def test_jax_as_consumer_is_replayed_with_jaxs_own_stream(sim, pipeline):
+    sim.jax()
+    x, ptr = _source(sim, "torch", torch.arange(6.0, device="cpu"))
+    dlbridge.to_jax(x)  # the pipeline converts it and the route learns
     for _ in range(3):
         sim.log.clear()
         pipeline.calls = 0
-        dlbridge.to_jax(x)
-        assert pipeline.calls == 1  # JAX asks the producer for a stream itself: the deferred export
+        out = dlbridge.to_jax(x)
+        assert pipeline.calls == 0  # JAX asks the route's carrier for the capsule, with its stream
         consumed = sim.log.of("consume", "jax")
+        assert sim.log.exports("torch") == 1, sim.log
         assert sim.log.streams_handed("torch") == [consumed[0].stream], sim.log
-    assert gpu is sim.gpu
+        assert np.array_equal(np.asarray(out), np.arange(6.0, dtype=np.float32))
+        assert out.unsafe_buffer_pointer() == ptr  # the same memory
 
 
 def test_cpu_arrays_still_take_the_cpu_route(sim, pipeline):
@@ -207,3 +216,37 @@ def test_cpu_arrays_still_take_the_cpu_route(sim, pipeline):
     pipeline.calls = 0
     out = dlbridge.to_torch(a)
     assert pipeline.calls == 0 and out.data_ptr() == a.ctypes.data
+
+
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_cpu_jax_arrays_take_the_cpu_route_where_jax_has_a_gpu(sim, pipeline, target):
+    """The route is decided per array's device: with a GPU backend in JAX, its CPU arrays still replay
+    warm without the pipeline (zero-copy), and its GPU arrays of the same type are declined by the CPU
+    half before any export (one export, the GPU half's)."""
+    from dlbridge._adapters import ADAPTERS
+    from tests.conftest import caps_of
+
+    if target == "numpy" and caps_of("numpy").readonly_imports:
+        pytest.skip("NumPy < 2.2 imports read-only: the pipeline makes every result writable, GPU or not")
+    gpu = sim.jax()
+    assert ADAPTERS["jax"].has_cuda()
+    x = jax.device_put(np.arange(6, dtype=np.float32), jax.devices("cpu")[0])
+    to = getattr(dlbridge, f"to_{target}")
+    to(x)  # the pipeline converts it and the route learns JAX's array type
+    for _ in range(3):
+        pipeline.calls = 0
+        out = to(x)
+        assert pipeline.calls == 0, "a CPU JAX array took the pipeline"
+        ptr = out.data_ptr() if target == "torch" else out.ctypes.data
+        assert ptr == x.unsafe_buffer_pointer() and np.asarray(out).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    if target == "torch":
+        g, gptr = _source(sim, "jax", torch.arange(6.0, device="cpu"))
+        assert g.device is gpu.devices[0]
+        to(g)
+        _use_stream(sim, "torch")
+        sim.log.clear()
+        pipeline.calls = 0
+        out = to(g)
+        assert pipeline.calls == 0 and sim.log.exports("jax") == 1, sim.log  # the GPU half's export only
+        assert sim.log.streams_handed("jax") == [STREAM], sim.log
+        assert out.data_ptr() == gptr and out.device == torch.device("cuda", 0)

@@ -26,11 +26,15 @@ IDENTIFIER = re.compile(r"^(" + "|".join((*_WORDS, "np", "tf", "jnp", "cp")) + r
 
 # (file relative to dlbridge/, framework word) -> why the file may name it in code.
 ALLOWED: dict[tuple[str, str], str] = {
-    # register_numpy_dtypes() is NumPy's by name (the to_<name> functions come from the adapter table,
-    # and their per-framework types are in __init__.pyi).
-    ("_api.py", "numpy"): "register_numpy_dtypes() is a NumPy registry call",
+    # The public functions: one to_<name> per framework, written out and typed (TYPE_CHECKING imports),
+    # each calling the route with its framework's spec; convert()'s overloads name each framework's names;
+    # register_numpy_dtypes() is NumPy's by name.
+    **{
+        ("_api.py", w): "the public to_<name> functions and convert()'s overloads, typed per framework"
+        for w in ("torch", "pytorch", "cupy", "jax", "numpy", "tensorflow", "paddle", "paddlepaddle")
+    },
     # dlbridge.shards() / from_shards(): typed per target like convert() (TYPE_CHECKING imports, Literal
-    # names), over JAX's sharded arrays, whose JAX calls go through the JAX adapter.
+    # names), over JAX's sharded arrays, whose JAX side is the JAX adapter's (_adapters/_jax_shards.py).
     **{
         ("_shards.py", w): "public per-framework signatures of shards(); the sharded-array API is JAX's"
         for w in ("torch", "pytorch", "cupy", "jax", "numpy", "tensorflow", "paddle")
@@ -82,7 +86,7 @@ def framework_names_in_code(path: Path) -> list[tuple[int, str, str]]:
     return hits
 
 
-_SHARED = ("_base.py", "_probe.py", "_support.py", "__init__.py")  # _adapters/ modules of no framework
+_SHARED = ("_base.py", "_fast.py", "_probe.py", "_support.py", "__init__.py")  # _adapters/ modules of no framework
 
 
 def _outside_adapters() -> list[Path]:
@@ -171,7 +175,7 @@ def test_module_aliases_name_targets_not_cli_frameworks() -> None:
     from dlbridge._adapters import ADAPTERS, adapter_named
 
     assert adapter_named("jax.numpy") is ADAPTERS["jax"]
-    assert all("jax.numpy" not in a.aliases for a in ADAPTERS.values())
+    assert all("jax.numpy" not in a.framework.aliases for a in ADAPTERS.values())
 
 
 # --- size: short functions, modules of one concern ------------------------------------------------
@@ -276,9 +280,9 @@ def test_capsules_are_read_in_one_place() -> None:
             readers.append(path.relative_to(PACKAGE).as_posix())
     assert sorted(readers) == ["_capsule/_layout.py", "_capsule/_probe.py"], readers
     c_readers = [p.name for p in (PACKAGE / "_csrc").glob("*.c") if "->dl_tensor" in p.read_text(encoding="utf-8")]
-    assert sorted(c_readers) == ["capsules.c", "route.c"], c_readers  # route.c: an exchange export's own tensor
-    route_c = (PACKAGE / "_csrc" / "route.c").read_text(encoding="utf-8")
-    assert "view_capsule(" in route_c and "PyCapsule_GetPointer(c->capsule, LEGACY)" not in route_c
+    assert sorted(c_readers) == ["capsules.c", "steps.c"], c_readers  # steps.c: an exchange export's own tensor
+    steps_c = (PACKAGE / "_csrc" / "steps.c").read_text(encoding="utf-8")
+    assert "view_capsule(" in steps_c and "PyCapsule_GetPointer(c->capsule, LEGACY)" not in steps_c
 
 
 # Admission fields: what a capsule must say for a stored route to replay its record (decide's Admission).
@@ -298,7 +302,7 @@ def test_the_route_replays_its_record_and_decides_nothing() -> None:
     replay_py = _code_of(PACKAGE / "_route" / "_replay.py")
     missing = [f for f in _ADMISSION_FIELDS if f"replay.{f}" not in replay_py]
     assert not missing, f"the Python route does not compare the admission's {missing}"
-    route_c = (PACKAGE / "_csrc" / "route.c").read_text(encoding="utf-8")
+    route_c = "".join((PACKAGE / "_csrc" / f).read_text(encoding="utf-8") for f in ("route.c", "steps.c", "gpu.c"))
     missing = [f for f in _ADMISSION_FIELDS if f"r->{f}" not in route_c]
     assert not missing, f"the compiled route does not compare the admission's {missing}"
     assert "state->align" not in route_c and "state->readonly_ok" not in route_c

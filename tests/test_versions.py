@@ -11,6 +11,7 @@ import pytest
 
 import dlbridge
 from dlbridge._capabilities import capabilities, satisfied
+from tests._arrays import jax_cpu
 from tests.conftest import need, run_child
 
 
@@ -46,8 +47,14 @@ def test_rows_at_their_boundaries() -> None:
     assert not capabilities("jax", "0.5.2").imports & {"float4_e2m1fn", "float8_e4m3fn"}
     assert "float4_e2m1fn" not in capabilities("jax", "0.10.2").imports
     assert "float4_e2m1fn" in capabilities("jax", "0.9.0").imports or not satisfied("ml_dtypes>=0.5")
+    # .ci/edges (compat_edges.md): jax+jaxlib 0.9.1 import their own float4_e2m1fn, 0.9.2 refuses it
+    assert "float4_e2m1fn" in capabilities("jax", "0.9.1").imports or not satisfied("ml_dtypes>=0.5")
+    assert "float4_e2m1fn" not in capabilities("jax", "0.9.2").imports
     assert capabilities("numpy", "2.1.3").readonly_imports and not capabilities("numpy", "2.2.0").readonly_imports
     assert not capabilities("numpy", "2.0.2").readonly_arrays and capabilities("numpy", "2.1.0").readonly_arrays
+    # .ci/edges (compat_edges.md): numpy 1.24.4 cannot export bool, 1.25.0 can
+    assert "bool" in capabilities("numpy", "1.24.4").cannot_export
+    assert "bool" not in capabilities("numpy", "1.25.0").cannot_export
 
 
 # --- ml_dtypes: kinds an older ml_dtypes lacks ----------------------------------------------------
@@ -56,7 +63,7 @@ def test_rows_at_their_boundaries() -> None:
 def test_to_numpy_of_new_fp8_kinds_reinterprets_or_refuses_cleanly() -> None:
     torch = need("torch")
     need("ml_dtypes")
-    t = torch.full((3,), 2.0).to(torch.float8_e8m0fnu)
+    t = torch.full((3,), 2.0, device="cpu").to(torch.float8_e8m0fnu)
     bits = t.view(torch.uint8).numpy().copy()
     if "float8_e8m0fnu" in _caps("numpy").holds:
         a = dlbridge.to_numpy(t)
@@ -78,7 +85,7 @@ def test_to_numpy_of_new_fp8_kinds_reinterprets_or_refuses_cleanly() -> None:
 
 def test_to_numpy_of_writable_memory_is_writable_and_shared_on_every_numpy() -> None:
     torch = need("torch")
-    t = torch.arange(6.0).reshape(2, 3)
+    t = torch.arange(6.0, device="cpu").reshape(2, 3)
     a = dlbridge.to_numpy(t)
     assert a.flags.writeable and a.ctypes.data == t.data_ptr()
     a[0, 0] = 42.0
@@ -89,7 +96,7 @@ def test_to_numpy_of_writable_memory_is_writable_and_shared_on_every_numpy() -> 
 
 def test_to_numpy_of_a_jax_array_is_read_only_on_every_numpy() -> None:
     jnp = need("jax.numpy")
-    x = jnp.arange(4.0)
+    x = jax_cpu(jnp.arange(4.0))
     a = dlbridge.to_numpy(x)  # JAX arrays are immutable; their legacy capsules cannot say so
     assert not a.flags.writeable and a.ctypes.data == x.unsafe_buffer_pointer()
 
@@ -108,9 +115,9 @@ def test_to_numpy_of_a_read_only_array_stays_read_only() -> None:
 
 def _transposed_sources():
     torch = need("torch")
-    yield "torch .t()", torch.arange(6.0).reshape(2, 3).t()
+    yield "torch .t()", torch.arange(6.0, device="cpu").reshape(2, 3).t()
     yield "numpy .T", np.arange(6.0, dtype=np.float32).reshape(2, 3).T
-    yield "torch (4, 1) with strides (1, 4)", torch.arange(4.0).reshape(1, 4).t()
+    yield "torch (4, 1) with strides (1, 4)", torch.arange(4.0, device="cpu").reshape(1, 4).t()
 
 
 def test_transposed_sources_reach_jax_with_right_values_on_every_jax() -> None:

@@ -21,7 +21,8 @@ from .._capsule._edit import relabel
 from .._capsule._read import read
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, FastExport, Prober
+from ._base import Adapter, Prober
+from ._fast import FastExport, FastRoute
 
 # ONNX TensorProto.DataType numbers and OrtValue.data_type() names of the dtypes dlbridge knows
 # (onnx/onnx.proto; onnxruntime/python/onnxruntime_pybind_mlvalue.cc).
@@ -47,6 +48,8 @@ def _dtype_of(obj: Any) -> str | None:
     at all: a sequence or map, which its export then refuses, see ``state_error``)."""
     try:
         return _BY_ORT_NAME.get(str(obj.data_type()))
+    except MemoryError:
+        raise
     except Exception:
         return None
 
@@ -83,16 +86,11 @@ class OnnxruntimeProber(Prober):
         return self.host_bytes(arr).view(numpy_dtype(self.dtype_str(arr))).reshape(tuple(arr.shape()))
 
 
-class OnnxruntimeAdapter(Adapter):
-    name = "onnxruntime"
-    module = "onnxruntime"
-    aliases = ("ort",)
+class OnnxruntimeAdapter(FastRoute, Adapter):
     prober_class = OnnxruntimeProber
     display = "ONNX Runtime"
     distributions = ("onnxruntime", "onnxruntime-gpu")
     extra = "onnxruntime"
-    array_type = ("onnxruntime", "OrtValue")
-    producer_modules = ("onnxruntime",)
     # The CPU build only: CUDA OrtValues (onnxruntime-gpu) are not probed; they arrive by copy.
     device_codes = frozenset({1})
     no_sync_stream = None
@@ -144,6 +142,8 @@ class OnnxruntimeAdapter(Adapter):
             )
         try:
             tensor = bool(obj.is_tensor()) and not bool(obj.is_sparse_tensor())
+        except MemoryError:
+            raise
         except Exception:
             return None
         if tensor:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .._capsule._read import read
 from .._errors import DLBridgeError, NotAnArrayError, ProducerError
-from ._base import Adapter, FastExport, Prober, export_capsule
+from ._base import Adapter, Prober, export_capsule
 
 _READ_ONLY = "read-only: Arrow arrays are immutable, and a legacy DLPack capsule cannot say so"
 
@@ -66,15 +66,11 @@ class PyarrowProber(Prober):
         return arr.to_numpy().copy()
 
 
-class PyarrowAdapter(Adapter):
-    name = "pyarrow"
+class PyarrowAdapter(Adapter):  # no FastRoute: the pipeline reads every capsule's READ_ONLY flag
     prober_class = PyarrowProber
-    module = "pyarrow"
     display = "Apache Arrow"
     distributions = ("pyarrow",)
     extra = "pyarrow"
-    array_type = ("pyarrow", "Array")
-    producer_modules = ("pyarrow",)
     mutable_arrays = False
     wrap_call = "pyarrow.array"
 
@@ -105,9 +101,6 @@ class PyarrowAdapter(Adapter):
         if not mutable and not read(capsule).versioned:  # a pyarrow without DLPack 1.0 the rows do not know
             raise BufferError(f"{_describe(obj)} is {_READ_ONLY}")
         return capsule
-
-    def fast_export(self, cls: type) -> FastExport | None:
-        return None  # the pipeline reads every capsule's READ_ONLY flag
 
     def symbolic_error(self, cls: type) -> DLBridgeError | None:
         fix = {

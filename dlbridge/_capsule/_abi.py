@@ -6,8 +6,9 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 
-__all__ = ["LEGACY", "VERSIONED", "USED", "SUPPORTED_MAJOR", "FLAG_READ_ONLY", "FLAG_IS_COPIED", "MAX_NDIM",
-           "CapsuleType", "DEVICE_CODES", "GPU_CODES", "DEVICE_ALIASES", "alias_device", "device_name"]  # fmt: skip
+__all__ = ["LEGACY", "VERSIONED", "USED", "SUPPORTED_MAJOR", "FLAG_READ_ONLY", "FLAG_IS_COPIED", "FLAG_PADDED", "MAX_NDIM",
+           "CapsuleType", "DEVICE_CODES", "GPU_CODES", "DEVICE_ALIASES", "alias_device", "device_name",
+           "dlpack_stream"]  # fmt: skip
 
 LEGACY = b"dltensor"
 VERSIONED = b"dltensor_versioned"
@@ -15,6 +16,7 @@ USED = (b"used_dltensor", b"used_dltensor_versioned")
 SUPPORTED_MAJOR = 1
 FLAG_READ_ONLY = 1 << 0
 FLAG_IS_COPIED = 1 << 1
+FLAG_PADDED = 1 << 2  # DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (dlpack.h, DLPack 1.1)
 # Sanity bound on ndim: DLPack sets none, but no real array has more than a few dozen.
 MAX_NDIM = 64
 
@@ -60,3 +62,10 @@ def alias_device(device: tuple[int, int]) -> tuple[int, int]:
 
 def device_name(device_type: int) -> str:
     return _DEVICE_NAMES.get(device_type, f"device_type_{device_type}")
+
+
+def dlpack_stream(handle: int, device_type: int) -> int:
+    """A stream handle as DLPack's ``__dlpack__(stream=)`` spells it (the array API standard's DLPack
+    protocol): on CUDA the legacy default stream (handle 0) is 1, as 0 is ambiguous there; on ROCm the
+    default stream is 0 (1 and 2 are not allowed). Other handles are themselves."""
+    return handle if device_type == 10 else (handle or 1)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import ctypes
 
 from .._dtypes import DType
-from ._abi import FLAG_READ_ONLY, LEGACY, VERSIONED, _get_name, _get_pointer
+from ._abi import FLAG_PADDED, FLAG_READ_ONLY, LEGACY, VERSIONED, _get_name, _get_pointer
 from ._layout import VERSIONED_FLAGS, VERSIONED_TENSOR, DLTensor
 from ._read import c_strides, tensor_address
 
 __all__ = ["relabel", "relabel_device", "set_c_strides", "set_shape", "add_flags", "rewrite", "restore", "relabel_triple",
-           "restore_triple"]  # fmt: skip
+           "restore_triple", "mark_padded"]  # fmt: skip
 
 
 def relabel(capsule: object, dtype: DType) -> None:
@@ -21,6 +21,14 @@ def relabel(capsule: object, dtype: DType) -> None:
     """
     head = DLTensor.from_address(tensor_address(capsule))
     head.code, head.bits, head.lanes = dtype.code, dtype.bits, dtype.lanes
+
+
+def mark_padded(capsule: object, dtype: DType) -> None:
+    """Label an unconsumed capsule of one-value-a-byte sub-byte data (exported as its bytes) ``dtype``,
+    flagged IS_SUBBYTE_TYPE_PADDED where it is versioned (a legacy capsule has no flags), so that its
+    readers know each value fills a byte."""
+    relabel(capsule, dtype)
+    add_flags(capsule, FLAG_PADDED)
 
 
 def relabel_device(capsule: object, device: tuple[int, int]) -> None:

@@ -45,6 +45,7 @@ typedef struct DLManagedTensor {
     void *manager_ctx;
     void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
+typedef int (*CurrentWorkStream)(int32_t device_type, int32_t device_id, void **out_stream);
 typedef struct DLPackExchangeAPIHeader {
     DLPackVersion version;
     struct DLPackExchangeAPIHeader *prev_api;
@@ -73,22 +74,29 @@ typedef struct {
     PyObject *importer;     /* the consumer's import: importer(capsule or carrier) */
     PyObject *api;          /* the consumer's exchange API capsule, or None */
     PyObject *routes;       /* dict: route key -> Replay or None */
-    PyObject *caps_fn;      /* capabilities() where they vary at run time, else None */
+    PyObject *caps_guard;   /* (object, attribute, value) the capability row was read under, else None */
     PyObject *caps;         /* the capability row the routes were decided for */
     PyObject *decide;       /* decide(key): the Replay (stored), or None */
     PyObject *self_type;    /* the consumer's own array type, or None */
     PyObject *self_import;  /* f(x) for x of self_type */
     PyObject *self_dtypes;  /* list: the dtypes of self_type the pipeline took as they are */
+    PyObject *stream_query; /* its current stream: an exchange API capsule, (ask, attribute), or None */
     int kind;               /* IMPORT_* */
     char ready, versioned;  /* versioned: the capsule kind the consumer's producer is asked for */
+    char deferred;          /* it asks a GPU producer for the capsule itself, with its own stream */
 } StateRecord;
 typedef struct {
     PyObject_HEAD
-    PyObject *handle;       /* the exchange API capsule, or the export function */
-    PyObject *guards;       /* tuple of (attribute, call, expected) */
-    PyObject *alias;        /* a method name whose result is exported instead of x, or None */
-    PyObject *relabels;     /* dict: dtype -> (view dtype, triple), or None */
-    int kind;               /* EXPORT_* */
+    PyObject *handle;         /* the exchange API capsule, or the export function */
+    PyObject *guards;         /* tuple of (attribute, call, expected): CPU memory; None: never on the CPU half */
+    PyObject *alias;          /* a method name whose result is exported instead of x, or None */
+    PyObject *relabels;       /* dict: dtype -> (view dtype, triple), or None */
+    PyObject *gpu_guards;     /* tuple: the GPU half's guards; None: no GPU half */
+    PyObject *device_method;  /* x.<device_method>() says where x is (a str), or None */
+    PyObject *current_device; /* current_device() -> id where the handshake needs x's device current, or None */
+    int kind;                 /* EXPORT_*: how CPU arrays are exported */
+    int device_type;          /* the device type device_method's id is of; 0: it gives (type, id) */
+    int gpu_kind;             /* EXPORT_EXCHANGE (no sync: equal streams only) or EXPORT_METHOD (stream=) */
 } ProducerRecord;
 /* A stored route: the record decide() made (dlbridge/_pipeline/_handoff.py), read once when the Replay is
  * made: its Admission (the capsule facts under which the record holds) as C fields, compared as they are. */
@@ -121,6 +129,7 @@ extern PyObject *g_get_default;   /* get_default_fallback(): when the cell is No
 extern PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
 extern PyObject *g_empty;         /* () */
 extern PyObject *g_dunder;        /* "__dlpack__" */
+extern PyObject *g_stream;        /* "stream" */
 extern PyObject *g_dtype;         /* "dtype" */
 extern PyObject *g_view;          /* "view" */
 extern PyObject *g_cpu;           /* (1, 0) */
@@ -133,6 +142,7 @@ typedef struct {
     uint64_t *flags;        /* NULL for a legacy capsule */
     uint32_t major, minor;  /* 0, 0 for a legacy capsule */
     int versioned;
+    int has_deleter;        /* the managed tensor names a deleter (DLPack allows NULL) */
 } CapsuleView;
 enum { LAYOUT_OTHER = 0, LAYOUT_DENSE = 1, LAYOUT_EMPTY = 2 };
 int view_capsule(PyObject *capsule, CapsuleView *view);
@@ -153,5 +163,11 @@ int objects_init(void);
 
 /* route.c */
 PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+/* gpu.c: the route's GPU steps (the twin of dlbridge/_route/_gpu.py) */
+typedef struct Call Call;
+int gpu_half(Call *c);
+extern PyType_Spec deferred_spec;
+extern PyObject *g_deferred_type, *g_declined;
 
 #endif

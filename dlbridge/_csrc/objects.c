@@ -9,7 +9,9 @@ static PyObject *g_keywords[5]; /* fallback, dtype, device, copy, stream: args[2
 static PyObject *route_call(PyObject *obj, PyObject *args, PyObject *kwargs) {
     Route *self = (Route *)obj;
     PyObject *argv[7] = {self->spec, NULL, g_not_given ? g_not_given : Py_None, Py_None, Py_None, Py_None, Py_None};
-    if (PyTuple_Size(args) != 1) return PyObject_Call(self->wrapped, args, kwargs); /* its TypeError */
+    /* Not configured yet: the route's Python side loads with the first conversion (dlbridge/_api.py), which
+     * the function does; its TypeError for a call it cannot read. */
+    if (g_pipeline == NULL || PyTuple_Size(args) != 1) return PyObject_Call(self->wrapped, args, kwargs);
     argv[1] = PyTuple_GetItem(args, 0);
     if (kwargs != NULL) {
         Py_ssize_t pos = 0;
@@ -77,6 +79,18 @@ static PyObject *route_getattro(PyObject *obj, PyObject *name) {
 
 static PyObject *route_repr(PyObject *obj) { return PyObject_Repr(((Route *)obj)->wrapped); }
 
+/* Pickled and copied by reference, as the function it stands for: its qualified name, which pickle looks
+ * up in its __module__ ("dlbridge": the same Route comes back); copy and deepcopy return it as it is. */
+static PyObject *route_reduce(PyObject *obj, PyObject *unused) {
+    (void)unused;
+    return PyObject_GetAttrString(((Route *)obj)->wrapped, "__qualname__");
+}
+
+static PyMethodDef route_methods[] = {
+    {"__reduce__", route_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
 /* Not bound when stored on a class, like a builtin function; and so a routine to inspect and pydoc,
  * which then show the signature and docstring (help(dlbridge.to_numpy)). */
 static PyObject *route_get(PyObject *obj, PyObject *instance, PyObject *owner) {
@@ -94,6 +108,7 @@ static PyMemberDef route_members[] = {
 
 static PyType_Slot route_slots[] = {
     {Py_tp_members, route_members},
+    {Py_tp_methods, route_methods},
     {Py_tp_new, route_new},
     {Py_tp_dealloc, route_dealloc},
     {Py_tp_call, route_call},

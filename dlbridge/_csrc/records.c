@@ -19,12 +19,14 @@ static PyMemberDef state_members[] = {
     OBJ(StateRecord, api),
     {"versioned", T_BOOL, offsetof(StateRecord, versioned), READONLY, NULL},
     OBJ(StateRecord, routes),
-    OBJ(StateRecord, caps_fn),
+    OBJ(StateRecord, caps_guard),
     OBJ(StateRecord, caps),
     OBJ(StateRecord, decide),
     OBJ(StateRecord, self_type),
     OBJ(StateRecord, self_import),
     OBJ(StateRecord, self_dtypes),
+    OBJ(StateRecord, stream_query),
+    {"deferred", T_BOOL, offsetof(StateRecord, deferred), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -34,6 +36,11 @@ static PyMemberDef producer_members[] = {
     OBJ(ProducerRecord, guards),
     OBJ(ProducerRecord, alias),
     OBJ(ProducerRecord, relabels),
+    OBJ(ProducerRecord, gpu_guards),
+    OBJ(ProducerRecord, device_method),
+    {"device_type", T_INT, offsetof(ProducerRecord, device_type), READONLY, NULL},
+    {"gpu_kind", T_INT, offsetof(ProducerRecord, gpu_kind), READONLY, NULL},
+    OBJ(ProducerRecord, current_device),
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -96,6 +103,9 @@ static PyObject *refuse(PyObject *record, const char *what) {
 
 /* What route.c relies on without checking again. */
 static PyObject *state_checked(StateRecord *s) {
+    if (s->caps_guard != Py_None && (!PyTuple_Check(s->caps_guard) || PyTuple_Size(s->caps_guard) != 3 ||
+                                     !PyUnicode_Check(PyTuple_GetItem(s->caps_guard, 1))))
+        return refuse((PyObject *)s, "State(caps_guard=) must be (object, attribute name, value) or None");
     if (!s->ready) return (PyObject *)s;
     if (!PyDict_Check(s->routes) || !PyList_Check(s->self_dtypes))
         return refuse((PyObject *)s, "State: a ready state needs routes= a dict and self_dtypes= a list");
@@ -105,29 +115,38 @@ static PyObject *state_checked(StateRecord *s) {
 }
 
 static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"target", "ready", "kind", "importer", "api", "versioned", "routes", "caps_fn", "caps",
-                            "decide", "self_type", "self_import", "self_dtypes", NULL};
+    static char *names[] = {"target", "ready", "kind", "importer", "api", "versioned", "routes", "caps_guard", "caps",
+                            "decide", "self_type", "self_import", "self_dtypes", "stream_query", "deferred", NULL};
     StateRecord *s = (StateRecord *)alloc(type);
     if (s == NULL) return NULL;
-    int ready = 0, versioned = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OpiOOpOOOOOOO:State", names, &s->target, &ready, &s->kind,
-                                     &s->importer, &s->api, &versioned, &s->routes, &s->caps_fn, &s->caps, &s->decide,
-                                     &s->self_type, &s->self_import, &s->self_dtypes))
+    int ready = 0, versioned = 0, deferred = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OpiOOpOOOOOOOOp:State", names, &s->target, &ready, &s->kind,
+                                     &s->importer, &s->api, &versioned, &s->routes, &s->caps_guard, &s->caps, &s->decide,
+                                     &s->self_type, &s->self_import, &s->self_dtypes, &s->stream_query, &deferred))
         return discard((PyObject *)s, state_members);
-    s->ready = (char)ready, s->versioned = (char)versioned;
+    s->ready = (char)ready, s->versioned = (char)versioned, s->deferred = (char)deferred;
     hold((PyObject *)s, state_members);
     return state_checked(s);
 }
 
 static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"kind", "handle", "guards", "alias", "relabels", NULL};
+    static char *names[] = {"kind", "handle", "guards", "alias", "relabels", "gpu_guards", "device_method",
+                            "device_type", "gpu_kind", "current_device", NULL};
     ProducerRecord *p = (ProducerRecord *)alloc(type);
     if (p == NULL) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOO!OO:Producer", names, &p->kind, &p->handle, &PyTuple_Type,
-                                     &p->guards, &p->alias, &p->relabels))
+    p->gpu_kind = EXPORT_METHOD;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiO:Producer", names, &p->kind, &p->handle, &p->guards,
+                                     &p->alias, &p->relabels, &p->gpu_guards, &p->device_method, &p->device_type,
+                                     &p->gpu_kind, &p->current_device))
         return discard((PyObject *)p, producer_members);
     if (p->guards == NULL) p->guards = g_empty;
     hold((PyObject *)p, producer_members);
+    if ((p->guards != Py_None && !PyTuple_Check(p->guards)) || (p->gpu_guards != Py_None && !PyTuple_Check(p->gpu_guards)))
+        return refuse((PyObject *)p, "Producer(guards=, gpu_guards=) must be tuples or None");
+    if (p->gpu_guards != Py_None && !PyUnicode_Check(p->device_method))
+        return refuse((PyObject *)p, "Producer(device_method=) must be a str where gpu_guards is given");
+    if (p->current_device != Py_None && !PyCallable_Check(p->current_device))
+        return refuse((PyObject *)p, "Producer(current_device=) must be callable or None");
     if (p->alias != Py_None && !PyUnicode_Check(p->alias))
         return refuse((PyObject *)p, "Producer(alias=) must be a str or None");
     if (p->relabels != Py_None && !PyDict_Check(p->relabels))
@@ -193,9 +212,10 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         {Py_tp_new, name##_new}, {Py_tp_dealloc, name##_dealloc}, {Py_tp_members, name##_members},            \
         {Py_tp_doc, doc},        {0, NULL},                                                                   \
     }
-SLOTS(state, "State(*, target, ready, kind, importer, api, versioned, routes, caps_fn, caps, decide, self_type, "
-             "self_import, self_dtypes): a consumer's fast-route state.");
-SLOTS(producer, "Producer(*, kind, handle, guards, alias, relabels): how arrays of one type are exported.");
+SLOTS(state, "State(*, target, ready, kind, importer, api, versioned, routes, caps_guard, caps, decide, self_type, "
+             "self_import, self_dtypes, stream_query, deferred): a consumer's fast-route state.");
+SLOTS(producer, "Producer(*, kind, handle, guards, alias, relabels, gpu_guards, device_method, device_type, gpu_kind, "
+                "current_device): how arrays of one type are exported.");
 SLOTS(replay, "Replay(*, record, finish): a stored route: the decision record it replays, whose admission "
               "(record.admits) it reads once into its fields, and what turns the import into the result.");
 

@@ -14,12 +14,12 @@ from .. import _accelerator
 from .._adapters import ADAPTERS
 from .._adapters._support import findable
 from .._capabilities import (
-    TABLE,
     Capabilities,
     capabilities,
     missing_requirements,
     parse_version,
     split_requirement,
+    table,
     version_notes,
 )
 from .._dtypes import BY_NAME, FLOAT8
@@ -86,7 +86,7 @@ def support_notes(versions: dict[str, str | None], names: tuple[str, ...] | list
 
 
 def _source(consumer: str, what: str) -> str:
-    return next((r.source for r in TABLE if r.consumer == consumer and r.what == what), "")
+    return next((r.source for r in table() if r.consumer == consumer and r.what == what), "")
 
 
 def _names(dtypes: set[str]) -> str:
@@ -156,7 +156,7 @@ def _layout_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
     """Strides the framework refuses or misreads (dlbridge hands it a dense copy)."""
     out: list[str] = []
     if not caps.negative_strides and not caps.compact_only:
-        # The table has no negative_strides row for it; see the comment in _capabilities.TABLE.
+        # The table has no negative_strides row for it; see the comment in its rows (dlbridge/_rows/).
         seen = (
             "it refuses a reversed view, a[::-1]"
             if caps.copies_imports

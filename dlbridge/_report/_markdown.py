@@ -267,7 +267,7 @@ def _summary(report: Report) -> list[str]:
 def _disagreements(report: Report) -> list[str]:
     found = report.disagreements()
     out = ["## Table disagrees", "",
-           "Cells where the capability table (`dlbridge._capabilities.TABLE`, adjusted for runtime settings such "
+           "Cells where the capability table (`dlbridge._capabilities.table()`, adjusted for runtime settings such "
            "as a framework's 64-bit mode) predicted a different native outcome than the probe saw (for layout "
            "cells also a different read-only result or dlbridge outcome), and producer capsules whose dtype the "
            "export rows did not predict. Cells where the producer itself refused to export are not compared.",

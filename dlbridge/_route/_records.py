@@ -31,12 +31,14 @@ class _PyState:
     api: Any = None  # the consumer's exchange API capsule (IMPORT_EXCHANGE)
     versioned: bool = False  # whether the consumer reads versioned capsules (the kind its producer is asked for)
     routes: Any = None  # route key -> Replay, or None (the pipeline decides each time)
-    caps_fn: Any = None  # capabilities() where they vary at run time
+    caps_guard: Any = None  # (object, attribute, value) its capability row was read under, where it can vary
     caps: Any = None  # the capability row the routes were decided for
     decide: Any = None  # decide(key): the key's Replay or None, stored in routes
     self_type: Any = None  # the consumer's own array type ...
     self_import: Any = None  # ... handed back as self_import(x) ...
     self_dtypes: Any = None  # ... for these dtypes (a list, matched by identity)
+    stream_query: Any = None  # its current stream: an exchange API capsule, (ask(device id), attribute), or None
+    deferred: bool = False  # it asks a GPU producer for the capsule itself, with its own stream (a carrier)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,11 +46,16 @@ class _PyProducer:
     """How arrays of one exact type are exported (the compiled ``Producer``: the same fields)."""
 
     _fields: ClassVar[tuple[str, ...]]
-    kind: int = EXPORT_METHOD  # EXPORT_*
+    kind: int = EXPORT_METHOD  # EXPORT_*: how CPU arrays are exported
     handle: Any = None  # the exchange API capsule, or the export function
-    guards: tuple[tuple[str, bool, Any], ...] = ()  # (attribute, call, expected): all must hold
+    guards: tuple[tuple[Any, bool, Any], ...] | None = ()  # (attribute, call, expected): CPU memory; None: never
     alias: str | None = None  # a method whose result is exported instead of x
     relabels: dict[Any, tuple[Any, int]] | None = None  # dtype -> (view dtype, triple its capsule gets)
+    gpu_guards: tuple[tuple[Any, bool, Any], ...] | None = None  # the GPU half's guards; None: no GPU half
+    device_method: str | None = None  # x.<device_method>() says where x is: (type, id), or the id ...
+    device_type: int = 0  # ... of this device type (0: the method gives the type too)
+    gpu_kind: int = EXPORT_METHOD  # EXPORT_EXCHANGE (no sync: same streams only) or EXPORT_METHOD (stream=)
+    current_device: Any = None  # current_device() -> id where the producer's handshake needs x's device current
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,11 +97,12 @@ Producer: Any = _PyProducer if accel is None else accel.Producer
 Replay: Any = _PyReplay if accel is None else accel.Replay
 
 
-def guards_hold(guards: tuple[tuple[str, bool, Any], ...], x: Any) -> bool:
-    """Whether every guard of a Producer (or a GPU entry) holds for x: ``getattr(x, attribute)``, called
-    where asked, is ``expected`` (by identity). The compiled route checks them the same way (route.c)."""
+def guards_hold(guards: tuple[tuple[Any, bool, Any], ...], x: Any) -> bool:
+    """Whether every guard of a Producer holds for x: ``getattr(x, attribute)`` (or ``attribute`` itself
+    where it is not a name: a function of the process's state, such as torch's mode check), called where
+    asked, is ``expected`` (by identity). The compiled route checks them the same way (route.c)."""
     for name, call, expected in guards:
-        value = getattr(x, name)
+        value = getattr(x, name) if type(name) is str else name
         if (value() if call else value) is not expected:
             return False
     return True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._common import CORE, CUPY_BF16, ML_ONLY, Row, Support, row
+from ._common import CORE, CUPY_BF16, ML_ONLY, Framework, Row, Support, row
 
 # CuPy labels a capsule by the dtype's NumPy kind alone (every version read: v13.3.0 cupy/_core/dlpack.pyx
 # toDlpack lines 134-147, v13.6.0 get_dlpack_dtype_code lines 64-80, v14.2.0 get_dlpack_dtype_code_itemsize
@@ -13,6 +13,15 @@ KIND_F = frozenset({"float8_e5m2"})
 _H100 = "dlbridge report on an NVIDIA H100, 2026-11-27 (CuPy 14.2.0 and 13.3.0, ml_dtypes 0.6.0, torch 2.11.0+cu130, JAX 0.11.2)"
 
 SUPPORT = Support(extra=(), probed=("13.3", "14.2"))  # no extra: CuPy's wheels are per CUDA version
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="cupy",
+    module="cupy",
+    array_type=("cupy", "ndarray"),
+    adapter="dlbridge._adapters._cupy:CupyAdapter",
+    producer_modules=("cupy", "cupy_backends"),
+)
 
 ROWS: tuple[Row, ...] = (
     row("cupy", "imports", CORE, "9.0", source="CuPy 9 notes: cupy.from_dlpack"),

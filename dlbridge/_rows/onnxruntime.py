@@ -8,7 +8,7 @@ is same as uint8"); 1.32.0 reads and writes kDLBool and the float8 codes.
 
 from __future__ import annotations
 
-from ._common import INTS, Row, Support, row
+from ._common import INTS, Framework, Row, Support, row
 
 _PROBE = "probe 2026-11-25 (onnxruntime 1.32.0, torch 2.13.0)"
 # tests/test_onnxruntime_versions.py runs against each of these wheels put first on PYTHONPATH.
@@ -19,6 +19,16 @@ DTYPES_FIXED = "1.32"  # the first release with kDLBool and the float8 codes, bo
 FP8 = frozenset({"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"})
 
 SUPPORT = Support(extra=("onnxruntime>=1.26",), probed=("1.26", "1.32"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="onnxruntime",
+    module="onnxruntime",
+    array_type=("onnxruntime", "OrtValue"),
+    adapter="dlbridge._adapters._onnxruntime:OnnxruntimeAdapter",
+    aliases=("ort",),
+    producer_modules=("onnxruntime",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(

@@ -1,18 +1,27 @@
-"""Capability rows: Apache Arrow (pyarrow), a producer only. Each row names its source (see dlbridge._capabilities).
-
-dlbridge reads ``pyarrow.Array`` and ``pyarrow.Tensor`` and converts into no Arrow type, so these
-rows speak of its exports only.
-"""
+"""Apache Arrow (pyarrow ``Array`` and ``Tensor``): a source only. dlbridge reads its arrays (their states,
+errors and read-only exports) and converts into no Arrow type, so these rows speak of its exports only.
+Each row names its source (see dlbridge._capabilities)."""
 
 from __future__ import annotations
 
-from ._common import Row, Support, row
+from ._common import Framework, Row, Support, row
 
 _WHEELS = "probe 2026-11-27 (pyarrow 25.0.1 and 26.0.1 wheels)"
 _H100 = "dlbridge report on an NVIDIA H100, 2026-11-27 (pyarrow 25.0.1)"
 VERSIONED_SINCE = "26"  # the first release whose __dlpack__ takes max_version (apache/arrow PR #50827)
 
 SUPPORT = Support(extra=("pyarrow>=26",), probed=("25", "26"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives. A Tensor is
+# no Array subclass: it is recognised by its module (producer_modules) and the adapter's is_array.
+FRAMEWORK = Framework(
+    name="pyarrow",
+    module="pyarrow",
+    array_type=("pyarrow", "Array"),
+    adapter="dlbridge._adapters._pyarrow:PyarrowAdapter",
+    producer_modules=("pyarrow",),
+    target=False,
+)
 
 ROWS: tuple[Row, ...] = (
     row(

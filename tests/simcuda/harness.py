@@ -37,7 +37,7 @@ def modelled_stack() -> tuple[Any, Any]:
 class Sim:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from dlbridge._adapters import ADAPTERS
-        from dlbridge._route import _replay as _route
+        from dlbridge._route import _learn as _route
 
         self.mp = monkeypatch
         core.reset()
@@ -47,17 +47,28 @@ class Sim:
             for key in _CACHED:
                 if key in adapter.__dict__:
                     monkeypatch.delattr(adapter, key)
-        self._saved = [(d, dict(d)) for d in (_route._producers, _route._seen)]
+        self._saved = [(d, dict(d)) for d in (_route.producers, _route._seen)]
         for d, _ in self._saved:
             d.clear()
         self._specs = [(spec, list(spec)) for spec in _route.SPECS.values()]  # lists: the accelerator holds them
         for spec in _route.SPECS.values():  # a state not yet prepared: the next conversion learns again
-            spec[0] = _route._state(spec[0].target)
+            spec[0] = _route.new_state(spec[0].target)
         self.cp: Any = None
         self.torch_cuda: producers.TorchCuda | None = None
         self.gpu: producers.JaxGpu | None = None
+        # The stand-ins model torch with no TorchFunctionMode active: a default device set by
+        # torch.set_default_device (meta under tests/_foreign.py) is one, and under it their patched
+        # Tensor methods would be entered twice (a second export in the log). CPU for the test, then restored.
+        import torch
+
+        self._default_device = torch.get_default_device()
+        torch.set_default_device(None)
 
     def close(self) -> None:
+        import torch
+
+        if self._default_device.type != "cpu":
+            torch.set_default_device(self._default_device)
         for d, saved in self._saved:
             d.clear()
             d.update(saved)
