@@ -65,9 +65,11 @@ def pipeline(monkeypatch: pytest.MonkeyPatch) -> Pipeline:
 
 
 def _values(ref):
-    """ref's values as NumPy (ml_dtypes for bfloat16)."""
+    """ref's values as NumPy (ml_dtypes for bfloat16 and float8_e4m3fn)."""
     if ref.dtype == torch.bfloat16:
         return ref.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    if ref.dtype == torch.float8_e4m3fn:
+        return ref.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
     return ref.numpy()
 
 
@@ -179,3 +181,25 @@ def test_torch_on_another_stream_is_handed_the_consumers_with_its_own_handshake(
     assert pipeline.calls == 0
     assert sim.log.streams_handed("torch") == [1] and sim.log.waits("torch") == [1], sim.log
     assert _result(out, "cupy")[2:] == (ptr, 0)
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "bfloat16"])
+@pytest.mark.parametrize("producer", ["torch", "jax"])
+def test_a_warm_view_into_cupy_is_replayed_with_its_record(sim, pipeline, producer, dtype):
+    """fallback="view" on the GPU half: one export, no pipeline, the same-width unsigned view of the same
+    memory, and the record that restores the dtype when the view is handed back."""
+    sim.cupy("13.3.0")  # CuPy 13.3 holds neither bfloat16 nor float8: both are views
+    ref = torch.arange(8).to(getattr(torch, dtype))
+    x, ptr = _source(sim, producer, ref)
+    dlbridge.to_cupy(x, fallback="view")
+    for _ in range(2):
+        sim.log.clear()
+        pipeline.calls = 0
+        view = dlbridge.to_cupy(x, fallback="view")
+        assert pipeline.calls == 0, "the route declined a warm view conversion"
+        assert sim.log.exports(producer) == 1, sim.log
+        width = ref.element_size()
+        assert str(view.dtype) == f"uint{8 * width}" and view.data.ptr == ptr
+        assert view.get().tobytes() == _values(ref).tobytes()
+    back = dlbridge.to_torch(view)
+    assert back.dtype == getattr(torch, dtype) and back.data_ptr() == ptr
