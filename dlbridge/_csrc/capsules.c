@@ -65,8 +65,8 @@ int view_capsule(PyObject *capsule, CapsuleView *view) {
         return 0;
     }
     DLTensor *t = pointer; /* a DLManagedTensor starts with its DLTensor */
-    view->has_deleter = ((DLManagedTensor *)pointer)->deleter != NULL;
-    if (versioned) {
+    if (!versioned) view->has_deleter = ((DLManagedTensor *)pointer)->deleter != NULL;
+    else {
         DLManagedTensorVersioned *managed = pointer;
         if (managed->version.major != 1) return 0; /* DLPack: read nothing past the version of another major */
         view->major = managed->version.major;

@@ -101,6 +101,16 @@ ROWS: tuple[Row, ...] = (
         source="dlpack_converter.cc DlpackToOrtValue: 'IsContiguousTensor(dlpack->dl_tensor) was false. ORT only "
         f"supports contiguous tensor' (transposed, sliced and negative strides); {_PROBE}",
     ),
+    row(
+        "onnxruntime",
+        "aborts_on_null_deleter",
+        since=DLPACK_SINCE,
+        until=DTYPES_FIXED,
+        source="dlpack_converter.cc DlpackToOrtValue's deleter lambda: 'ORT_ENFORCE(dlpack->deleter != NULL, \"A dlpack "
+        "structure must have a deleter.\")' throws from a destructor when the OrtValue is released: terminate "
+        "(probe 2026-11-27: onnxruntime 1.26.0, 1.30.0 and 1.31.1 abort releasing an OrtValue imported from a "
+        "float32[16] capsule with a NULL deleter; 1.32.0 releases it; tests/test_trust_deleter.py)",
+    ),
     # readonly_arrays: absent. An OrtValue has no read-only state (update_inplace writes any of them).
     # GPU capsules: the CPU build (onnxruntime.get_device() == "CPU", no "CUDAExecutionProvider" in
     # get_available_providers(); onnxruntime_pybind_state.cc) takes a kDLCUDA capsule and makes an OrtValue
