@@ -6,14 +6,14 @@ DLPack producer is covered. A capsule the target would reject is never handed to
 
 A conversion is at most three stages, run in a loop (never by calling itself): a device move, a
 dense copy, the import; each is decided on the array the stage before made (``decide_stage``,
-which ``dlbridge.explain`` also calls). Asking the producer for its capsule is ``_export``'s;
-moving memory to another device, ``_moves``'.
+which ``dlbridge.explain`` also calls, ``dry``). An array's stage is one sequence, written once
+(``exported_handoff``): export, read, check and relabel the capsule's device, decide. Asking the
+producer for its capsule is ``_export``'s; where memory is, which stream the producer is given and
+what the target can use, ``_devices``'; moving memory to another device, ``_moves``'.
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 from .._adapters import (
@@ -27,8 +27,7 @@ from .._adapters import (
 )
 from .._capabilities import Capabilities
 from .._capsule._carriers import DeferredCarrier
-from .._capsule._edit import relabel_device
-from .._capsule._read import GPU_CODES, CapsuleType, DLPackInfo, alias_device, device_name, read
+from .._capsule._read import CapsuleType, DLPackInfo, device_name, read
 from .._dtypes import BY_NAME, unsigned_of_width
 from .._errors import (
     CapsuleError,
@@ -42,15 +41,29 @@ from .._options import NOT_GIVEN, Fallback, resolve_fallback
 from . import _logical
 from . import _subbyte as subbyte
 from ._consume import import_capsule, imported, ready
-from ._devices import check_device, device_of, home_of, host_device, parse_device, stream_for
-from ._export import MAX_VERSION, export, inspect
+from ._devices import (
+    Handshake,
+    asked,
+    check_stream,
+    defers,
+    described_on,
+    destination,
+    device_of,
+    handshake,
+    on_device,
+    placed,
+    raw_destination,
+    require_device,
+)
+from ._export import MAX_VERSION, StandIn, capsule_of, described, export, inspect
 from ._handoff import Handoff, decide
 from ._logical import _entries as _views  # mutated in place, never rebound
 from ._moves import move, plan_move
 from ._plan import recalled_fallback
 from ._sizes import check_copy_size, size_text
 
-__all__ = ["convert", "inspect", "MAX_VERSION", "decide_stage", "run_stages", "Front", "Next", "direct", "to_host"]
+__all__ = ["convert", "inspect", "MAX_VERSION", "decide_stage", "exported_handoff", "run_stages", "Front", "Next",
+           "direct", "to_host"]  # fmt: skip
 
 
 # --- the pipeline -----------------------------------------------------------------------------
@@ -105,7 +118,7 @@ def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: 
     the array the stage before made (export -> read -> decide -> run). Returns the result and the
     record of its last stage (the import). ``exported``: x's capsule as the fast route exported it
     before declining (for a GPU array, with the consumer's stream), read by the first stage instead of
-    exporting x again."""
+    exporting x again, or the error that export raised (x's producer is not asked twice)."""
     if copy is not None and copy is not True and copy is not False:
         raise OptionError(f"copy={copy!r}; expected True, False or None")
     for _ in range(4):
@@ -134,16 +147,18 @@ def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: 
 
 
 def decide_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-                 stream: int | None, exported: Any = None) -> Front:  # fmt: skip
+                 stream: int | None, exported: Any = None, dry: bool = False) -> Front:  # fmt: skip
     """Where ``x`` is, its capsule (exported, not consumed) and the record for it; raises the errors
-    found before a record can be made (not an array, a producer that fails, a device it cannot use)."""
+    found before a record can be made (not an array, a producer that fails, a device it cannot use).
+    ``dry`` (``dlbridge.explain``): the record only, nothing copied (a copy the producer would export
+    in x's place is described, not made; the capsule is not kept)."""
     if type(x) is not CapsuleType:
-        return _array_stage(x, target, fallback, dtype, device, copy, stream, exported)
+        return _array_stage(x, target, fallback, dtype, device, copy, stream, exported, dry)
     return _capsule_stage(x, target, fallback, dtype, device, copy, stream)
 
 
 def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-                 stream: int | None, exported: Any) -> Front:  # fmt: skip
+                 stream: int | None, exported: Any, dry: bool) -> Front:  # fmt: skip
     """``decide_stage`` for an array (anything but a raw capsule)."""
     cls = type(x)
     source = adapter_for(x)
@@ -156,50 +171,69 @@ def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device
         dtype = _logical.recall(x, inspect(x))  # its own memory (the export below may be a copy)
         fallback = recalled_fallback(fallback) if dtype is not None else fallback
     src_dev = device_of(x, source)
-    home, usable = home_of(src_dev, target)  # pinned / managed memory aliased, every CPU id the host's
-    dst_dev = home if device is None else parse_device(device, home)
-    if device is None and copy and not usable:
-        dst_dev = target.home_device  # copy=True: the target's home device
-    if dst_dev != home or not usable:
-        if dst_dev[0] != 1 or home[0] != 1 or 1 not in target.device_codes:
-            record = plan_move(x, source, target, home, dst_dev, fallback, dtype, device, copy, stream)
-            return Front(record, x=x, source=source, fallback=fallback, dtype=dtype, devices=(src_dev, home))
-        home = host_device(target, dst_dev, device)  # JAX's CPU device N: the same memory, labelled N
+    home, move_to = destination(src_dev, target, device, copy)
+    if move_to is not None:
+        record, probed = plan_move(x, source, target, home, move_to, fallback, dtype, device, copy, stream)
+        front = Front(record, None if dry else probed, x=x, source=source, fallback=fallback, dtype=dtype)
+        return front._replace(devices=(src_dev, home))
+    check_stream(stream, target, src_dev)  # the caller's options first
+    require_device(target, home, f"to_{target.name}()")  # then a GPU this process lacks (a CPU-only build)
     caps = target.capabilities()
     front = Front(Handoff("?", target.name), None, None, x, source, caps, fallback, dtype, (src_dev, home))
-    if stream is None and target.asks_producer_stream and src_dev[0] in GPU_CODES:
-        # Decided when the consumer asks for the capsule, with its stream (no export before that).
+    deferred = defers(stream, target, src_dev)
+    if deferred and not dry:  # decided when the consumer asks for the capsule, with its stream (no export before)
         who = source.name if source is not None else producer_name(x) or "?"
         return front._replace(record=Handoff(who, target.name, deferred=True, copy=copy is True))
+    wire = handshake(stream, source, target, src_dev, describe=dry)  # (explain: described, no synchronisation)
     try:  # (free unless raised) AsIs: the target gets x itself, e.g. torch -> torch keeping autograd
-        capsule = exported if exported is not None else _export(x, source, target, caps, dtype, copy, stream, src_dev)
+        capsule, info, record = exported_handoff(front, target, copy, wire, exported, dry)
     except AsIs as kept:
         record = Handoff(source.name if source else "?", target.name, keep=True, copy=copy is True)
-        return front._replace(record=record, value=kept.value)
-    info = read(capsule, source.name if source is not None else producer_name(x))
-    if info.device_code != home[0] or info.device_id != home[1]:
-        check_device(info, src_dev)  # raises unless the capsule is on the claimed device (or its alias)
-        relabel_device(capsule, home)  # our own export: relabelled as the memory the target can use
-        info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
-    record = decide(info, target, caps, fallback, dtype, copy, source=source)
+        return front._replace(record=record, value=None if dry else kept.result())
+    if deferred:  # explain of a deferred export: described as the consumer's own ask would make it
+        record = record._replace(deferred=True)
     return front._replace(record=record, capsule=capsule, info=info, value=x if record.keep else None)
 
 
+def exported_handoff(front: Front, target: Adapter, copy: bool | None, wire: Handshake, exported: Any = None,
+                     dry: bool = False) -> tuple[Any, DLPackInfo, Handoff]:  # fmt: skip
+    """Export ``front.x`` for ``front``'s target, read the capsule, check and relabel its device
+    (``_devices.placed``), decide: the one sequence of the array stage, of the deferred export (with
+    the stream the consumer asks with) and of ``dlbridge.explain`` (``dry``: nothing copied, the
+    capsule only described). ``exported``: the capsule the fast route made, or the error its export
+    raised (the producer is not asked again). Returns (capsule, what it says, the record); raises
+    ``AsIs`` where the target gets x itself."""
+    x, source, caps = front.x, front.source, front.caps
+    assert caps is not None
+    src_dev, home = front.devices
+    who = source.name if source is not None else producer_name(x)
+    if exported is not None and type(exported) is CapsuleType:
+        made: Any = exported
+    else:
+        with on_device(source, src_dev):
+            made = _export(x, source, target, caps, front.dtype, copy, wire.stream, exported)
+    standin = type(made) is StandIn
+    if dry:
+        capsule, info = None, described(made, who)
+    else:
+        capsule = capsule_of(made)  # a stand-in's copy, made now
+        info = read(capsule, who)
+    info = placed(capsule, info, src_dev, home, relabel=capsule is not None)
+    # A copy the producer made is the copy copy=True asks for: none after the import.
+    record = decide(info, target, caps, front.fallback, front.dtype, None if standin and copy else copy, source=source)
+    return capsule, info, record._replace(producer_copy=made.why) if standin else record
+
+
 def _export(x: Any, source: Adapter | None, target: Adapter, caps: Capabilities, dtype: Any, copy: bool | None,
-            stream: int | None, src_dev: tuple[int, int]) -> Any:  # fmt: skip
-    """``x``'s capsule for ``target`` (raises ``AsIs`` where the target gets ``x`` itself)."""
-    version = MAX_VERSION if caps.versioned_capsules else None
-    if src_dev[0] in GPU_CODES:
-        wire_stream = _gpu_stream(stream, source, target, src_dev)
-        with source.on_device(src_dev) if source is not None else nullcontext():
-            return export(x, source, wire_stream, version, copy, target, dtype)
-    if stream is not None:
-        raise OptionError(f"stream={stream!r} on {device_name(src_dev[0])}: only stream=None is valid off the GPU")
-    if source is target and not caps.readonly_arrays and dtype is None and copy is not True:
+            stream: int | None, failed: BaseException | None = None) -> Any:  # fmt: skip
+    """``x``'s capsule for ``target``, or the StandIn of a copy (raises ``AsIs`` where the target gets
+    ``x`` itself); ``failed``: the error the fast route's export of ``x`` raised."""
+    if source is target and failed is None and not caps.readonly_arrays and dtype is None and copy is not True:
         shared = target.readonly_alias(x)  # NumPy < 2.1 cannot export a read-only array to itself
         if shared is not None:
             raise AsIs(shared)
-    return export(x, source, None, version, copy, target, dtype)
+    version = MAX_VERSION if caps.versioned_capsules else None
+    return export(x, source, stream, version, copy, target, dtype, failed)
 
 
 def _run(front: Front, target: Adapter, copy: bool | None) -> Any:
@@ -213,7 +247,7 @@ def _dense_copy(front: Front, target: Adapter, copy: bool | None) -> Next:
     """The dense copy the record asks for, handed to the next stage."""
     info = front.info
     assert info is not None
-    dense, relabelled = _dense_source(front.x, front.source, info, target)
+    dense, relabelled = _dense_source(front.x, front.source, info, target, front.capsule)
     dtype = relabelled if front.dtype is None else front.dtype
     # A dense array at another address is already the copy copy=True asks for, and the target
     # may copy it once more (JAX, misaligned) without harm: copy=None. At the same address
@@ -230,21 +264,13 @@ def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
     """A GPU source handed to a consumer that asks the producer for a stream itself (JAX): the
     consumer gets a ``DeferredCarrier``, and the export, with every check of the pipeline, happens
     when it calls ``__dlpack__(stream=S)``, with its own ``S`` (one export, the right stream)."""
-    x, source, caps, (src_dev, home) = front.x, front.source, front.caps, front.devices
+    caps, (src_dev, home) = front.caps, front.devices
     assert caps is not None
     state: dict[str, Any] = {}
 
     def export_when_asked(stream: Any) -> Any:
-        with source.on_device(src_dev) if source is not None else nullcontext():
-            version = MAX_VERSION if caps.versioned_capsules else None
-            capsule = export(x, source, stream, version, copy, target, front.dtype)
-        info = read(capsule, source.name if source is not None else producer_name(x))
-        if info.device_code != home[0] or info.device_id != home[1]:
-            check_device(info, src_dev)
-            relabel_device(capsule, home)
-            info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
-        record = state["record"] = decide(info, target, caps, front.fallback, front.dtype, copy, source=source)
-        state["info"] = info
+        capsule, info, record = exported_handoff(front, target, copy, asked(stream))
+        state["info"], state["record"] = info, record
         if record.dense is not None:
             raise _NeedsDense
         record.raise_error()
@@ -254,7 +280,7 @@ def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
     try:
         result = target._from_dlpack(DeferredCarrier(export_when_asked, home))
     except AsIs as kept:
-        return kept.value
+        return kept.result()
     except _NeedsDense:
         return _dense_copy(front._replace(info=state["info"], record=state["record"]), target, copy)
     except DLBridgeError:
@@ -272,39 +298,13 @@ def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
     return imported(result, state["info"], state["record"], target, caps, copy)
 
 
-def _gpu_stream(stream: int | None, source: Adapter | None, target: Adapter, device: tuple[int, int]) -> int | None:
-    """The stream= a GPU producer is given: the consumer's current stream, or the caller's."""
-    if stream is not None and stream != -1 and not target.honours_stream:
-        raise OptionError(
-            f"stream={stream!r}: {target.name} imports on a stream of its own choosing, so the producer would "
-            f"synchronise with a stream {target.name} does not read on; pass stream=None (dlbridge then "
-            f"synchronises with {target.name}'s stream) or stream=-1 (no synchronisation)"
-        )
-    wire = stream_for(stream, target, device)
-    return source.no_sync_stream if wire == -1 and source is not None else wire
-
-
 def _capsule_stage(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any,
                    copy: bool | None, stream: int | None) -> Front:  # fmt: skip
     """A raw capsule: it can be relabelled (pinned -> cpu, CPU ids), not moved or made dense."""
     info = read(capsule)
-    alias = alias_device(info.device)  # pinned / managed memory: see _devices.home_of
-    usable = alias != info.device and info.device_code not in target.device_codes and alias[0] in target.device_codes
-    device_to = None  # the caller's capsule is relabelled only right before the import (and restored)
-    if usable and parse_device(device, alias) == alias:
-        device_to = alias
-    elif info.device_code == 1 and (info.device_id or device is not None) and 1 in target.device_codes:
-        wanted = parse_device(device, (1, 0))  # every CPU id names the host's memory: see _devices.home_of
-        if wanted[0] == 1 and wanted != info.device:
-            device_to = host_device(target, wanted, device)
+    device_to = raw_destination(info, target, device)  # the caller's capsule: relabelled right before the import
     if device_to is not None:
-        info = replace(info, device_type=device_name(device_to[0]), device_code=device_to[0], device_id=device_to[1])
-    if parse_device(device, info.device) != info.device or info.device_code not in target.device_codes:
-        target.check_installed()
-        raise DeviceMismatchError(
-            f"to_{target.name}(): a raw capsule on {info.device_type} cannot be moved; pass the array "
-            "itself (not its capsule) so dlbridge can ask its producer for a copy"
-        )
+        info = described_on(info, device_to)
     caps = target.capabilities()
     record = decide(info, target, caps, fallback, dtype, copy, raw=True)
     return Front(record, capsule, info, capsule, None, caps, fallback, dtype, (info.device, info.device), device_to)
@@ -316,17 +316,21 @@ def _writable(dense: Any, info: DLPackInfo) -> Any:
     return HOST.writable(dense) if info.versioned and not info.readonly else dense
 
 
-def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter) -> tuple[Any, str | None]:
-    """A dense copy of ``x``, and the dtype its bits have when the copy's own dtype differs."""
+def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adapter,
+                  capsule: Any = None) -> tuple[Any, str | None]:  # fmt: skip
+    """A dense copy of ``x``, and the dtype its bits have when the copy's own dtype differs.
+    ``capsule``: x's export the stage decided on (unconsumed), which the host imports rather than
+    asking x's producer again (where the host reads its kind)."""
     check_copy_size(info, target.name, f"the dense copy {target.name} needs")
     try:
         if source is not None:
             return source.contiguous(x), None
         # through the host: as raw unsigned bits where it cannot hold the dtype
         caps = HOST.capabilities()
+        given = capsule if caps.versioned_capsules or not info.versioned else None
         if info.dtype in caps.imports or info.dtype in caps.holds:
-            return _writable(HOST.contiguous(to_host(x, None)), info), None
-        host = to_host(x, unsigned_of_width(info.bits * info.lanes))
+            return _writable(HOST.contiguous(to_host(x, None, given)), info), None
+        host = to_host(x, unsigned_of_width(info.bits * info.lanes), given)
         return _writable(HOST.contiguous(host), info), info.dtype if info.dtype in BY_NAME else None
     except MemoryError as err:
         raise LayoutError(
@@ -335,15 +339,16 @@ def _dense_source(x: Any, source: Adapter | None, info: DLPackInfo, target: Adap
         ) from err
 
 
-def to_host(x: Any, dtype: str | None) -> Any:
+def to_host(x: Any, dtype: str | None, exported: Any = None) -> Any:
     """``x`` (CPU memory) as the host framework's array, its bits labelled ``dtype`` (None: as they
-    are): the staging array of a dense copy or an upload."""
-    return direct(x, HOST, dtype)
+    are): the staging array of a dense copy or an upload. ``exported``: x's capsule, unconsumed."""
+    return direct(x, HOST, dtype, exported=exported)
 
 
-def direct(x: Any, target: Adapter, dtype: str | None, copy: bool | None = None, stream: int | None = None) -> Any:
+def direct(x: Any, target: Adapter, dtype: str | None, copy: bool | None = None, stream: int | None = None,
+           exported: Any = None) -> Any:  # fmt: skip
     """A one-stage handoff (no move, no dense copy) for staging: raises where the record needs more."""
-    front = decide_stage(x, target, "raise", dtype, None, copy, stream)
+    front = decide_stage(x, target, "raise", dtype, None, copy, stream, exported)
     record = front.record
     record.raise_error()
     if record.keep:

@@ -76,11 +76,14 @@ class Handoff(NamedTuple):
     fp4: str | None = None  # fp4 in another layout: "pairs"/"elements" relabelled, "repack" a copy (_subbyte)
     then: Handoff | None = None
     raised: BaseException | None = None  # the error as found on the way (its cause kept), if one was
+    producer_copy: str | None = None  # the producer exports a copy in the array's place: what it is
 
     @property
     def shares(self) -> bool:
         """Whether the result shares the source's memory (nothing copied on the way)."""
         if self.error is not None or self.copy or self.move is not None or self.dense is not None:
+            return False
+        if self.producer_copy is not None:  # the producer exported a copy in the array's place
             return False
         if self.fp4 is not None:
             return self.fp4 != "repack"
@@ -95,7 +98,7 @@ class Handoff(NamedTuple):
         consumer's own ``from_dlpack`` takes it too (what the report predicts native imports by)."""
         if self.error is not None or self.keep or self.move is not None or self.dense is not None:
             return False
-        if self.fp4 is not None or self.c_order or self.drop_readonly:
+        if self.fp4 is not None or self.c_order or self.drop_readonly or self.producer_copy is not None:
             return False
         return self.plan is not None and self.plan.mode == "native"
 
@@ -120,7 +123,8 @@ class Handoff(NamedTuple):
                    "elements": "relabelled as one value a byte (the same bytes)",
                    "repack": "repacked on the host (a copy)"}[self.fp4]  # fmt: skip
             return (f"{self.source} export", f"fp4 {how}", f"import into {self.target}")
-        steps.append(f"{self.source} export ({'dltensor_versioned' if self.versioned else 'dltensor'})")
+        what = "export" if self.producer_copy is None else f"exports {self.producer_copy}"
+        steps.append(f"{self.source} {what} ({'dltensor_versioned' if self.versioned else 'dltensor'})")
         if self.drop_readonly:
             steps.append("READ_ONLY cleared for the copy made right after")
         if self.c_order:
@@ -173,6 +177,7 @@ class Handoff(NamedTuple):
             "logical": None if self.plan is None else self.plan.logical,
             "wire": None if self.plan is None else self.plan.wire,
             "shares": self.shares,
+            "producer_copy": self.producer_copy,
             "steps": list(self.steps),
             "then": None if self.then is None else self.then.to_json(),
         }  # fmt: skip
@@ -259,6 +264,10 @@ def _refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan,
              copy: bool | None) -> tuple[type[DLBridgeError], str] | None:  # fmt: skip
     """The first check that refuses handing ``info`` over with ``plan``, as (error, message)."""
     call = f"to_{target.name}()"
+    if not caps.min_ndim <= info.ndim <= caps.max_ndim:  # (the capability row's "ndim")
+        fix = "x.reshape(1) (and [0] afterwards)" if info.ndim < caps.min_ndim else "a reshape to fewer dimensions"
+        return LayoutError, (f"{call}: {caps.consumer} {caps.version} arrays have {caps.min_ndim} to {caps.max_ndim} "
+                             f"dimensions, and {info.describe()} has {info.ndim}; pass {fix}")  # fmt: skip
     if plan.mode == "upcast" and copy is False:
         return UnsupportedDtypeError, (
             f'{call}: {caps.consumer} cannot hold {plan.logical}, and fallback="upcast" makes a float32 copy of '
@@ -329,7 +338,7 @@ def _consumer_copies(info: DLPackInfo, caps: Capabilities) -> bool:
     """Whether the consumer's import of ``info`` is a copy (it copies every import, or this unaligned one)."""
     if not info.size:
         return False
-    unaligned = caps.copies_unaligned and info.device_code == 1 and info.data_ptr % ALIGNMENT != 0
+    unaligned = caps.copies_unaligned and info.on_host and info.data_ptr % ALIGNMENT != 0
     return caps.copies_imports or unaligned
 
 
@@ -349,7 +358,7 @@ def _dense(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
         plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
     except (UnsupportedDtypeError, OptionError) as err:
         return Handoff(who, target.name, info, type(err), str(err))
-    if source is None and info.device_code != 1:
+    if source is None and not info.on_host:
         return Handoff(who, target.name, info, LayoutError, (
             f"to_{target.name}(): {info.describe()} from an unknown producer has strides "
             f"{list(info.strides or ())} that {target.name} cannot share, and dlbridge knows no way to make it "

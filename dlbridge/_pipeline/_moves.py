@@ -7,18 +7,17 @@ next stage, whose memory the target can use.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from .._adapters import HOST, Adapter, producer_name
-from .._capsule._read import GPU_CODES, CapsuleType, DLPackInfo, device_name
+from .._capsule._read import CapsuleType, DLPackInfo, device_name, read
 from .._dtypes import BY_NAME, unsigned_of_width
-from .._errors import CapsuleError, DeviceMismatchError, DLBridgeError, OptionError
+from .._errors import CapsuleError, DeviceMismatchError, DLBridgeError
 from .._options import Fallback
 from . import _convert as pipeline  # the pipeline (it imports this module: read at call time)
 from ._consume import finish
-from ._devices import device_of
-from ._export import MAX_VERSION, inspect
+from ._devices import check_device, described_on, device_of, handshake, on_device, require_device, stream_rule
+from ._export import MAX_VERSION, export
 from ._handoff import Handoff, Move, decide, dense_info
 from ._plan import Plan, plan_for
 
@@ -26,49 +25,68 @@ __all__ = ["plan_move", "move"]
 
 
 def plan_move(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int], dst_dev: tuple[int, int],
-              fallback: Fallback, dtype: Any, device: Any, copy: bool | None, stream: int | None) -> Handoff:  # fmt: skip
+              fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
+              stream: int | None) -> tuple[Handoff, Any]:  # fmt: skip
     """The record of a conversion that moves ``x`` to ``dst_dev`` first, decided before any copy: a
-    refusal (a move the caller did not ask for, a device the target lacks, a dtype) keeps the move."""
+    refusal (a move the caller did not ask for, a device the target or the mover lacks, a dtype)
+    keeps the move. Also x's capsule the decision read (unconsumed; None where refused before it),
+    which an upload stages rather than asking x's producer again."""
     try:
         return _plan_move(x, source, target, src_dev, dst_dev, fallback, dtype, device, copy, stream)
     except DLBridgeError as err:
         who = producer_name(x) or "?"
-        return Handoff(who, target.name, None, type(err), str(err), move=Move(src_dev, dst_dev, "?"), raised=err)
+        return Handoff(who, target.name, None, type(err), str(err), move=Move(src_dev, dst_dev, "?"), raised=err), None
 
 
 def _plan_move(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int], dst_dev: tuple[int, int],
-               fallback: Fallback, dtype: Any, device: Any, copy: bool | None, stream: int | None) -> Handoff:  # fmt: skip
+               fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
+               stream: int | None) -> tuple[Handoff, Any]:  # fmt: skip
     target.check_installed()  # "install cupy" comes before "pass device=" (cached; imports nothing)
     # The caller's stream= is the stream the target reads on (on the destination device): the copy's
-    # handoff is synchronised with it. Off the GPU only stream=None is valid.
-    if stream is not None and dst_dev[0] not in GPU_CODES:
-        raise OptionError(f"stream={stream!r} on {device_name(dst_dev[0])}: only stream=None is valid off the GPU")
+    # handoff is synchronised with it.
+    stream_rule(stream, dst_dev)
     there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
     _check_move_allowed(x, source, target, src_dev, dst_dev, device, copy, there)
+    how = _mover(source, target, src_dev, dst_dev)
+    call = f"to_{target.name}()"
+    require_device(target, dst_dev, call)  # before anything is exported: a device this process lacks
+    if source is not None and how == source.name:
+        require_device(source, dst_dev, call, "copy its array to")
     # Decide the dtype first, so an unsupported one raises before any copy is made.
-    probe = inspect(x)
+    capsule, probe = _probe(x, source, src_dev)
     caps = target.capabilities()
-    plan = plan_for(probe, caps, fallback, dtype, f"to_{target.name}()")
-    if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
-        how = source.name  # every adapter can bring its arrays to the host
-    elif src_dev[0] == 1:
-        how = f"{target.name} (an upload of the host's bytes)"
-    elif dst_dev[0] == 1:
+    plan = plan_for(probe, caps, fallback, dtype, call)
+    if how is None:
+        raise DeviceMismatchError(f"{call}: dlbridge knows no way to move {probe.describe()} to {there}")
+    if how == "dl_device":
         how = f"{probe.producer or 'the producer'} (DLPack dl_device=)"
-    else:
-        raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")
-    moved = replace(dense_info(probe), device_type=device_name(dst_dev[0]), device_code=dst_dev[0],
-                    device_id=dst_dev[1])  # fmt: skip
-    then = decide(moved, target, caps, fallback, dtype, None, source=source)
+    then = decide(described_on(dense_info(probe), dst_dev), target, caps, fallback, dtype, None, source=source)
     who = probe.producer or "?"
-    return Handoff(who, target.name, probe, plan=plan, move=Move(src_dev, dst_dev, how), then=then)
+    return Handoff(who, target.name, probe, plan=plan, move=Move(src_dev, dst_dev, how), then=then), capsule
+
+
+def _mover(source: Adapter | None, target: Adapter, src_dev: tuple[int, int], dst_dev: tuple[int, int]) -> str | None:
+    """Who copies the memory to ``dst_dev`` (None: nobody dlbridge knows)."""
+    if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
+        return source.name  # every adapter can bring its arrays to the host
+    if src_dev[0] == 1:
+        return f"{target.name} (an upload of the host's bytes)"
+    return "dl_device" if dst_dev[0] == 1 else None
+
+
+def _probe(x: Any, source: Adapter | None, src_dev: tuple[int, int]) -> tuple[Any, DLPackInfo]:
+    """x's capsule, described (no synchronisation: the decision reads no data), as ``inspect`` does."""
+    wire = handshake(None, source, None, src_dev)
+    with on_device(source, src_dev):
+        capsule = export(x, source, wire.stream, MAX_VERSION)
+    return capsule, check_device(read(capsule, producer_name(x)), src_dev)
 
 
 def move(front: Any, target: Adapter, device: Any, copy: bool | None, stream: int | None) -> Any:
     """Run a record's move: the moved array for the next stage (``Next``), or the result (an upload)."""
     record, x, source = front.record, front.x, front.source
     src_dev, dst_dev = record.move.source, record.move.destination
-    wire = stream if dst_dev[0] in GPU_CODES else None
+    wire = stream  # the target's stream on the destination (stream_rule: None off the GPU)
     there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
     probe = record.given
     if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
@@ -76,7 +94,7 @@ def move(front: Any, target: Adapter, device: Any, copy: bool | None, stream: in
         # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
         return pipeline.Next(moved, front.fallback, front.dtype, dst_dev if dst_dev[0] == 1 else None, None, wire)
     if src_dev[0] == 1:
-        return _upload(x, target, record.plan, probe, dst_dev, wire, there)
+        return _upload(x, target, record.plan, probe, dst_dev, wire, there, front.capsule)
     return pipeline.Next(_host_capsule(x, target, probe), front.fallback, front.dtype, dst_dev, None, None)
 
 
@@ -111,11 +129,13 @@ def _moved_by(adapter: Adapter, x: Any, dst_dev: tuple[int, int], target: Adapte
 
 
 def _upload(x: Any, target: Adapter, plan: Plan, probe: DLPackInfo, dst_dev: tuple[int, int], wire: int | None,
-            there: str) -> Any:  # fmt: skip
+            there: str, capsule: Any) -> Any:  # fmt: skip
     """CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
-    array), labels them with the dtype it imports (plan.wire), and the plan is applied there."""
+    array), labels them with the dtype it imports (plan.wire), and the plan is applied there.
+    ``capsule``: x's export the move was decided on (staged, x's producer is not asked again)."""
     width = BY_NAME[plan.wire].width
-    host = pipeline.to_host(x, unsigned_of_width(width) or plan.wire)
+    given = capsule if HOST.capabilities().versioned_capsules else None  # (a versioned capsule: _probe)
+    host = pipeline.to_host(x, unsigned_of_width(width) or plan.wire, given)
     writable = True if HOST.is_readonly(host) else None  # the upload copies: a read-only source is fine
     try:
         if 1 in target.device_codes:

@@ -104,7 +104,7 @@ def plan(info: DLPackInfo, caps: Capabilities, target: Adapter, source: Adapter 
     form = _form(caps)
     layout = _layout(info)
     # fallback="view" asks for a zero-copy uint8 view of pairs' bytes, which it keeps getting
-    if form is None or info.device_code != 1 or (fallback == "view" and info.lanes == 2):
+    if form is None or not info.on_host or (fallback == "view" and info.lanes == 2):
         return None
     if layout == "elements" and target is HOST:
         return ("elements", None, "")
