@@ -9,7 +9,9 @@
  *
  * One rule for errors on the way (settle()): an Exception sends the call to the pipeline, which
  * meets it again and says what went wrong; MemoryError, KeyboardInterrupt, SystemExit and every
- * other BaseException propagate.
+ * other BaseException propagate. The producer is asked once per conversion: an Exception its export
+ * raised is handed to the pipeline (export_failed()), and so is a capsule the consumer refused
+ * without taking it (import_capsule()).
  */
 #include "accel.h"
 
@@ -28,7 +30,8 @@ typedef struct {
     uint64_t flags;                     /* the export's DLPack flags (0 for a legacy capsule) */
     long fallback;                      /* the fallback's index in g_fallbacks */
     int versioned;                      /* whether the export is a versioned tensor */
-    int handover;                       /* declined after the export, before any consumer saw it */
+    int handover;                       /* declined after the export, before any consumer took it */
+    PyObject *failed;                   /* the Exception the producer's export raised (handed to the pipeline) */
 } Call;
 
 /* After a failure: STEP_DECLINE for an Exception the pipeline will meet again (cleared), STEP_ERROR
@@ -58,6 +61,11 @@ static PyObject *call_pipeline(PyObject *const *args, PyObject *given) {
  * (none made, or not since the route's checks). -1 with an error set where wrapping it failed. */
 static int handover(Call *c, PyObject **given) {
     *given = NULL;
+    if (c->failed != NULL) { /* the export failed: the pipeline handles its error as its own export's */
+        *given = c->failed;
+        c->failed = NULL;
+        return 0;
+    }
     if (!c->handover) return 0;
     if (c->managed != NULL) {
         c->capsule = PyCapsule_New(c->managed, VERSIONED, managed_capsule_destructor);
@@ -196,6 +204,23 @@ static PyObject *export_source(Call *c, long long *forced) {
     return x;
 }
 
+/* After the producer's __dlpack__ (or export function) raised: an Exception (not MemoryError) is kept
+ * for the pipeline, which handles it as its own export's without asking the producer again (its side
+ * effects run once); anything else as settle() says. */
+static int export_failed(Call *c) {
+    if (PyErr_Occurred() == NULL || !PyErr_ExceptionMatches(PyExc_Exception) ||
+        PyErr_ExceptionMatches(PyExc_MemoryError))
+        return settle();
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    c->failed = value; /* (NULL: nothing to hand over, the pipeline exports again) */
+    return STEP_DECLINE;
+}
+
 /* The producer's export of `source` into c->managed (exchange API) or c->capsule. */
 static int export_tensor(Call *c, PyObject *source) {
     int kind = c->producer->kind, want_versioned = c->state->versioned;
@@ -222,7 +247,7 @@ static int export_tensor(Call *c, PyObject *source) {
         c->capsule = method ? PyObject_Call(method, g_empty, ask_versioned ? g_versioned_kw : NULL) : NULL;
         Py_XDECREF(method);
     }
-    if (c->capsule == NULL) return settle();
+    if (c->capsule == NULL) return export_failed(c);
     return PyCapsule_CheckExact(c->capsule) ? STEP_OK : STEP_DECLINE;
 }
 
@@ -318,9 +343,15 @@ static int import_capsule(Call *c, DLDataType saved) {
         c->result = PyObject_CallFunctionObjArgs(importer, c->capsule, NULL);
     }
     if (c->result != NULL) return STEP_OK;
+    PyObject *type = NULL, *raised = NULL, *tb = NULL;
+    PyErr_Fetch(&type, &raised, &tb); /* (kept while the capsule's name is read) */
     const char *name = PyCapsule_GetName(c->capsule);
-    if (name != NULL && (strcmp(name, VERSIONED) == 0 || strcmp(name, LEGACY) == 0)) c->tensor->dtype = saved;
+    if (name != NULL && (strcmp(name, VERSIONED) == 0 || strcmp(name, LEGACY) == 0)) {
+        c->tensor->dtype = saved;
+        c->handover = 1; /* refused without taking it: the pipeline decides on this capsule, no second export */
+    }
     if (name == NULL) PyErr_Clear(); /* (the consumer's error is the one that counts) */
+    PyErr_Restore(type, raised, tb);
     return settle();
 }
 
@@ -363,6 +394,7 @@ PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (step != STEP_OK) Py_XDECREF(c.result);
     if (step == STEP_DECLINE && handover(&c, &given) < 0) step = STEP_ERROR; /* no memory for a capsule */
     free_managed(c.managed);
+    Py_XDECREF(c.failed);
     Py_XDECREF(c.capsule);
     Py_XDECREF(c.replay);
     Py_XDECREF(c.producer);

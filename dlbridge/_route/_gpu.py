@@ -5,9 +5,9 @@ The route (``_route``) replays CPU memory on its first half, compiled or not, an
 before exporting them (their guards fail: torch's ``is_cpu``; CuPy's arrays have no CPU entry). The
 declined call comes to ``_route._pipeline``, which asks here first: for an array whose type the
 pipeline converted before (``note``), on a GPU the consumer can use, the export is the pipeline's —
-the consumer's current stream on the array's device (``target.current_stream``: torch's
-``torch.cuda.current_stream``, CuPy's ``get_current_stream``) handed to the producer's
-``__dlpack__(stream=)`` (``source.export``), inside ``source.on_device`` (torch refuses, and CuPy
+the stream ``_pipeline._devices.handshake`` picks (the consumer's current stream on the array's device:
+torch's ``torch.cuda.current_stream``, CuPy's ``get_current_stream``) handed to the producer's
+``__dlpack__(stream=)`` (``source.export``), inside ``_devices.on_device`` (torch refuses, and CuPy
 records its event on, the current device only) — so the producer makes that stream wait for its work,
 once. The route then checks the capsule and imports it as it does a CPU one (``_route._deliver``), with
 the record ``_handoff.decide`` made for that (consumer row, dtype, fallback, device); the consumer
@@ -17,7 +17,8 @@ Declined before any export: an unknown type, a guard (autograd, a lazy conjugate
 non-strided layout), another device, a consumer that picks its own stream (JAX: the pipeline's
 deferred export hands the producer the stream JAX asks with). After the export (rarely: a strided
 capsule, an import that fails) the pipeline converts ``x`` again and says what went wrong. The rule for
-errors is the route's: an ``Exception`` declines, except ``MemoryError``.
+errors is the route's: an ``Exception`` declines, except ``MemoryError``; an ``Exception`` the export
+itself raised is handed to the pipeline, which handles it without asking the producer again.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from .._adapters import Adapter
 from .._capsule._read import GPU_CODES
+from .._pipeline._devices import handshake, on_device
 from ._records import guards_hold
 
 __all__ = ["export", "note"]
@@ -48,10 +50,10 @@ def note(cls: type, source: Adapter | None) -> None:
     _producers[cls] = (source, tuple(guards))  # type: ignore[assignment]
 
 
-def export(state: Any, x: Any) -> tuple[Any, tuple[int, int]] | None:
+def export(state: Any, x: Any) -> tuple[Any, tuple[int, int]] | Exception | None:
     """``x``'s capsule for the consumer of ``state`` (a ready route ``State``), exported with the
-    consumer's stream, and the device it claimed; None: declined, nothing exported (or the export
-    failed: the pipeline meets the error again and says what went wrong)."""
+    consumer's stream, and the device it claimed; None: declined, nothing exported; an Exception: the
+    error the export raised (the pipeline handles it and says what went wrong)."""
     entry = _producers.get(type(x))
     if entry is None:
         return None
@@ -67,11 +69,16 @@ def export(state: Any, x: Any) -> tuple[Any, tuple[int, int]] | None:
             return None
         if state.caps_fn is not None and state.caps_fn() is not state.caps:
             return None
-        stream = target.current_stream(device)  # the consumer's, on the array's device
-        with source.on_device(device):
-            capsule = source.export(x, stream=stream, max_version=_VERSION if state.versioned else None)
+        wire = handshake(None, source, target, device)  # the consumer's current stream, on the array's device
     except MemoryError:
         raise
     except Exception:
         return None
+    try:
+        with on_device(source, device):
+            capsule = source.export(x, stream=wire.stream, max_version=_VERSION if state.versioned else None)
+    except MemoryError:
+        raise
+    except Exception as err:
+        return err
     return capsule, device

@@ -27,7 +27,9 @@ call reads, never what this one holds. The routes in a state are keyed by
 
 One rule for errors on the way, on both paths: an ``Exception`` sends the call to the pipeline (which
 meets it again and says what went wrong), except ``MemoryError``; ``KeyboardInterrupt``, ``SystemExit``
-and every other ``BaseException`` propagate as they are.
+and every other ``BaseException`` propagate as they are. The producer is asked once per conversion:
+an ``Exception`` its export raised is handed to the pipeline, which handles it as its own export's, and
+so is a capsule the consumer refused without taking it (``_Handover``).
 """
 
 from __future__ import annotations
@@ -102,7 +104,9 @@ def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, c
     if capsule is None and dtype is None and device is None and copy is None and stream is None and state.ready:
         fb = _fallback_index(fallback)
         on_gpu = gpu.export(state, x) if fb is not None and not (_views and id(x) in _views) else None
-        if on_gpu is not None and fb is not None:
+        if isinstance(on_gpu, Exception):
+            capsule = on_gpu  # the export failed: the pipeline handles its error, not asking again
+        elif on_gpu is not None and fb is not None:
             result = _deliver(state, on_gpu[0], fb, on_gpu[1])
             if type(result) is _Handover:
                 capsule = result.capsule
@@ -192,7 +196,8 @@ def _decide(target: Adapter, caps: Capabilities, key: int) -> Any:
     if name is None:
         return None
     versioned = caps.versioned_capsules
-    info = DLPackInfo(name, code, bits, lanes, device_name(device), 0, (), None, 0, 0, False, versioned, None, None,
+    # one element (the dimensions are the consumer's importer's to check: Warp's, from its "ndim" row)
+    info = DLPackInfo(name, code, bits, lanes, device_name(device), 0, (1,), None, 0, 0, False, versioned, None, None,
                       device_code=device)  # fmt: skip
     record = decide(info, target, caps, FALLBACKS[fallback], None, None)
     plan = record.plan
@@ -232,8 +237,8 @@ _DECLINED = object()
 
 
 class _Handover(NamedTuple):
-    """A decline after the export, before any consumer saw the capsule: the pipeline reads this capsule
-    rather than exporting x again (one export per conversion)."""
+    """A decline after the export, before any consumer took the capsule: the pipeline reads this capsule
+    (or handles this error, the export's) rather than exporting x again (one export per conversion)."""
 
     capsule: Any
 
@@ -264,6 +269,8 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
         capsule = _export(state, producer, x)
     except MemoryError:
         raise
+    except _ExportFailed as failed:
+        return _Handover(failed.error)
     except Exception:
         return _DECLINED
     return _deliver(state, capsule, fb, _CPU)
@@ -271,8 +278,8 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
 
 def _deliver(state: Any, capsule: Any, fb: int, device: tuple[int, int]) -> Any:
     """An exported capsule on ``device`` (the one its array claimed) checked, and imported as its
-    stored route says; a ``_Handover`` of it where the route does not replay it, ``_DECLINED`` where
-    the import failed."""
+    stored route says; a ``_Handover`` of it where the route does not replay it (or the consumer
+    refused it without taking it), ``_DECLINED`` where the consumer took it and failed."""
     raw = probe(capsule)
     if raw is None or (raw[0] and not state.versioned):
         return _DECLINED  # unread, or not the capsule kind the pipeline asks this consumer's producer for
@@ -301,11 +308,17 @@ def _export(state: Any, producer: Any, x: Any) -> Any:
         source = x.view(relabel[0])
     if kind == EXPORT_EXCHANGE and state.versioned:  # (the exchange API makes versioned tensors only)
         capsule = export_exchange(producer.handle, source)
-    elif kind == EXPORT_FUNCTION:
-        capsule = producer.handle(source)
     else:
-        legacy = not state.versioned or kind == EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
-        capsule = source.__dlpack__() if legacy else source.__dlpack__(max_version=_VERSION)
+        try:
+            if kind == EXPORT_FUNCTION:
+                capsule = producer.handle(source)
+            else:
+                legacy = not state.versioned or kind == EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
+                capsule = source.__dlpack__() if legacy else source.__dlpack__(max_version=_VERSION)
+        except MemoryError:
+            raise
+        except Exception as err:  # the producer's own failure: handled by the pipeline, not asked again
+            raise _ExportFailed(err) from None
     if relabel is not None:
         relabel_triple(capsule, relabel[1])
     return capsule
@@ -313,6 +326,14 @@ def _export(state: Any, producer: Any, x: Any) -> Any:
 
 class _Declined(Exception):
     """A guard that does not hold: the pipeline converts x."""
+
+
+class _ExportFailed(Exception):
+    """The producer's export raised ``error`` (an Exception): handed to the pipeline."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
 
 
 def _plain(state: Any, raw: tuple[Any, ...], device: tuple[int, int]) -> bool:
@@ -345,7 +366,8 @@ def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[in
     except Exception:
         if wire != triple:
             restore_triple(capsule, triple)
-        return _DECLINED
+        # refused without taking it (still named as exported): the pipeline decides on it, no second export
+        return _Handover(capsule) if probe(capsule) is not None else _DECLINED
     return result if finish is None else finish(result)
 
 
