@@ -232,3 +232,108 @@ def test_size_scanners_see_long_functions() -> None:
     tree = ast.parse(f"def f():\n{body}\n")
     node = tree.body[0]
     assert isinstance(node, ast.FunctionDef) and (node.end_lineno or 0) - node.lineno + 1 > MAX_FUNCTION_LINES
+
+
+# --- devices and streams: one module ------------------------------------------------------------
+
+DEVICES = "_pipeline/_devices.py"  # where memory is, where the target can use it, the stream handshake
+# The stream rule's words: raised by _devices.stream_rule, and nowhere else.
+STREAM_RULE = "only stream=None is valid off the GPU"
+# A capsule's device (DLPackInfo's fields), read only by the capsule layer and the devices module.
+DEVICE_FIELDS = frozenset({"device_code", "device_id"})
+# The capsule layer's device edits and aliases: used only through the devices module.
+DEVICE_PRIMITIVES = frozenset({"relabel_device", "alias_device", "DEVICE_ALIASES"})
+# The adapters' stream handshake: asked only by the devices module (the adapters define them).
+STREAM_METHODS = frozenset({"current_stream", "no_sync_stream", "on_device"})
+
+
+def device_rule_breaks(path: Path, rel: str) -> list[str]:
+    """Where ``path`` (``rel`` under dlbridge/) decides about devices or streams itself: the stream
+    rule's message, a capsule's device read (a DLPackInfo field, or ``.device`` compared), the capsule
+    layer's device primitives, or an adapter's stream methods."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    capsule_layer, adapters = rel.startswith("_capsule/"), rel.startswith("_adapters/")
+    found = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and STREAM_RULE in node.value:
+            found.append(f"{rel}:{line}: the stream rule's message (raise it with _devices.stream_rule)")
+        if capsule_layer:
+            continue
+        if isinstance(node, ast.Attribute) and node.attr in DEVICE_FIELDS:
+            found.append(f"{rel}:{line}: reads a capsule's .{node.attr} (ask _devices)")
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Attribute) and o.attr == "device" for o in operands):
+                found.append(f"{rel}:{line}: compares a .device (ask _devices: placed, destination, ...)")
+        elif isinstance(node, ast.Name) and node.id in DEVICE_PRIMITIVES:
+            found.append(f"{rel}:{line}: uses {node.id} (ask _devices)")
+        elif isinstance(node, ast.alias) and node.name in DEVICE_PRIMITIVES:
+            found.append(f"{rel}:{line}: imports {node.name} (ask _devices)")
+        elif isinstance(node, ast.Attribute) and node.attr in STREAM_METHODS and not adapters:
+            found.append(f"{rel}:{line}: asks an adapter's .{node.attr} (ask _devices.handshake / on_device)")
+    return found
+
+
+def test_devices_and_streams_are_decided_in_one_module() -> None:
+    broken = [
+        hit
+        for path in _python_modules()
+        if (rel := str(path.relative_to(PACKAGE))) != DEVICES
+        for hit in device_rule_breaks(path, rel)
+    ]
+    assert not broken, "device or stream rules outside dlbridge/_pipeline/_devices.py:\n" + "\n".join(broken)
+    assert device_rule_breaks(PACKAGE / DEVICES, DEVICES), "the scanner no longer sees the devices module's own rules"
+
+
+def test_device_scanner_sees_each_kind_of_rule() -> None:
+    source = (
+        "from .._capsule._read import alias_device\n"
+        "def f(info, home, target, stream):\n"
+        f"    raise OptionError(f'stream={{stream!r}} on cpu: {STREAM_RULE}')\n"
+        "    if info.device != home or info.device_code != 1:\n"
+        "        return target.current_stream(home), info.device_id\n"
+    )
+    tmp = PACKAGE.parent / "build" / "device_probe.py"
+    tmp.parent.mkdir(exist_ok=True)
+    tmp.write_text(source, encoding="utf-8")
+    try:
+        hits = device_rule_breaks(tmp, "_pipeline/_probe.py")
+    finally:
+        tmp.unlink()
+    kinds = sorted({h.split(": ", 1)[1].split(" ")[0] for h in hits})
+    assert len(hits) == 6 and kinds == ["asks", "compares", "imports", "reads", "the"], hits
+
+
+def _callers(name: str) -> list[str]:
+    """``module:function`` for each function in the package that calls ``name`` (by name or attribute)."""
+    found = []
+    for path in _python_modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if any(getattr(c, "id", None) == name or getattr(c, "attr", None) == name for c in _own_calls(fn)):
+                found.append(f"{path.relative_to(PACKAGE)}:{fn.name}")
+    return found
+
+
+def _own_calls(fn: ast.AST) -> list[ast.expr]:
+    """What ``fn``'s own body calls (not the functions defined inside it)."""
+    calls, todo = [], list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call):
+            calls.append(node.func)
+        todo.extend(ast.iter_child_nodes(node))
+    return calls
+
+
+def test_an_arrays_export_is_read_checked_and_decided_in_one_sequence() -> None:
+    # export -> read -> check and relabel the device (_devices.placed) -> decide: written once, and
+    # called by the array stage, the deferred export (JAX's own ask) and explain (through decide_stage).
+    assert _callers("placed") == ["_pipeline/_convert.py:exported_handoff"]
+    callers = _callers("exported_handoff")
+    assert sorted(callers) == ["_pipeline/_convert.py:_array_stage", "_pipeline/_convert.py:export_when_asked"]
