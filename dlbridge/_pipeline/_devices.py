@@ -114,12 +114,11 @@ def require_device(adapter: Adapter, device: DeviceT, call: str, role: str = "")
     count = adapter.device_count(device[0])
     if count is None or device[1] < count:
         return
-    where = f"{device_name(device[0])}:{device[1]}"
-    has = f"no {device_name(device[0])} device" if not count else f"{count} {device_name(device[0])} device" + (
-        "s" if count > 1 else "") + f" ({device_name(device[0])}:0..{count - 1})"  # fmt: skip
+    kind = device_name(device[0])
+    has = f"{count} {kind} device{'s' if count > 1 else ''} ({kind}:0..{kind}:{count - 1})" if count else f"no {kind} device"
     raise DeviceMismatchError(
-        f"{call}: {adapter.display} has {has} in this process, so it cannot {role or 'use memory on'} {where}; "
-        'pass an array on a device it has, or device="cpu"'
+        f"{call}: {adapter.display} has {has} in this process, so it cannot {role or 'use memory on'} "
+        f'{kind}:{device[1]}; pass an array on a device it has, or device="cpu"'
     )
 
 
