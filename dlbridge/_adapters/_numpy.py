@@ -325,8 +325,11 @@ class NumpyAdapter(Adapter):
             return arr
         if arr.size == 0:
             return self.mod.empty_like(arr)  # no memory to share
-        alias = self.mod.asarray(_Writable(arr))
-        # (the array interface says "|V2" for an ml_dtypes dtype: viewed back as the array's own)
+        # A user-defined dtype's (ml_dtypes', isbuiltin 2) array interface is not NumPy's to read back
+        # ("<f1", "<V2"): its bits go through as same-width unsigned integers, viewed back as its own dtype.
+        size = arr.dtype.itemsize
+        bits = arr.view(f"u{size}") if arr.dtype.isbuiltin == 2 and size in (1, 2, 4, 8) else arr
+        alias = self.mod.asarray(_Writable(bits))
         return alias if alias.dtype == arr.dtype else alias.view(arr.dtype)
 
     def view(self, arr: Any, dtype: str) -> Any:
