@@ -263,12 +263,12 @@ def _peak_growth(call: object) -> tuple[int, int]:
     return _memory()[1] - before, traced
 
 
-def _big_sources() -> list[tuple[str, object, str, dict[str, object]]]:
-    """(label, 256 MiB source, target, options) whose conversion copies in the producer or as the
+def _big_sources(size: int = 256 * MIB) -> list[tuple[str, object, str, dict[str, object]]]:
+    """(label, ``size``-byte source, target, options) whose conversion copies in the producer or as the
     target's own array: explain must describe that copy without making it."""
     import numpy as np
 
-    n = 256 * MIB // 4
+    n = size // 4
     out: list[tuple[str, object, str, dict[str, object]]] = []
     readonly = np.ones(n, np.float32)
     readonly.flags.writeable = False
@@ -305,3 +305,31 @@ def test_explain_allocates_nothing_proportional_to_the_data() -> None:
         if rss > 32 * MIB or traced > 32 * MIB:
             grown.append(f"{label}: explain grew the peak by {rss // MIB} MiB (traced {traced // MIB} MiB): {record}")
     assert not grown, "\n".join(grown)
+
+
+@pytest.mark.isolated
+def test_a_copy_the_producer_makes_is_the_one_copy_true_asks_for() -> None:
+    """copy=True where the producer exports a copy in the array's place (read-only, byte-swapped, a torch
+    lazy bit): that copy is the result's memory, none is made after the import. explain says so (no
+    "copied (copy=True)" step) and the conversion's peak grows by one copy, not two."""
+    import os
+
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to measure a peak")
+    _import_all()
+    size, twice = 64 * MIB, []
+    for label, src, target, options in _big_sources(size):
+        record = dlbridge.explain(src, target, **options)
+        if record.producer_copy is None or options.get("copy") is not True:
+            continue  # a copy made as the target's own array (AsIs), or no copy=True
+        assert record.error is None and not record.copy and not record.shares, (label, str(record))
+        assert not any("copy=True" in step for step in record.steps), (label, str(record))
+        dlbridge.convert(src, target, **options)  # imports and first-call caches, outside the measure
+        held: list[object] = []
+        rss, _ = _peak_growth(lambda: held.append(dlbridge.convert(src, target, **options)))
+        # JAX copies a CPU buffer that is not 64-byte aligned on import (its own copy, which dlbridge
+        # allows with copy=None): only the other consumers' peaks are one copy exactly.
+        if target != "jax" and rss > size * 3 // 2:
+            twice.append(f"{label}: the conversion grew the peak by {rss // MIB} MiB for a {size // MIB} MiB source")
+        del held
+    assert not twice, "\n".join(twice)

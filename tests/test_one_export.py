@@ -32,7 +32,10 @@ class Counted:
         self.exports += 1  # the side effect that must run once
         if self.raises is not None:
             raise self.raises
-        return self.inner.__dlpack__(**kwargs)
+        try:
+            return self.inner.__dlpack__(**kwargs)
+        except TypeError:  # an array before DLPack 1.0 inside (NumPy < 2.1): a legacy capsule, as 1.0 allows
+            return self.inner.__dlpack__(**{k: v for k, v in kwargs.items() if k == "stream"})
 
     def __dlpack_device__(self) -> Any:
         return self.inner.__dlpack_device__()
