@@ -24,7 +24,7 @@ UINT_OF = {"float32": "uint32", "bfloat16": "uint16", "float8_e4m3fn": "uint8"}
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float8_e4m3fn": 1, "uint32": 4, "uint16": 2, "uint8": 1}
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 PATHS = ("compiled", "pure")  # dlbridge with its compiled accelerator / forced to pure Python
-TARGET_IMPORT_MS = 50.0
+TARGET_IMPORT_MS = 30.0
 
 # --- targets: dlbridge ÷ native (medians of one run), per path; None = no target ("-") ---------
 # Compiled, CPU: at most native speed wherever the native handoff runs Python on either side

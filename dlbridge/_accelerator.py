@@ -4,20 +4,22 @@
 (``dlbridge doctor`` prints it). ``DLBRIDGE_PURE_PYTHON`` set to anything but "" or "0" forces pure Python.
 Both paths give the same results; the compiled one is only faster.
 
-``import dlbridge`` imports this module, so it imports nothing heavy (no framework, no ctypes).
+``import dlbridge`` imports this module, so it imports nothing heavy (no framework, no ctypes, no typing).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-from types import ModuleType
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = ["ABI", "ENV_VAR", "accel", "reason"]
 
 # The interface of dlbridge/_csrc/ this source expects (its ABI constant): bump both together, so that a
 # module compiled from older C sources is not used with a newer caller.
-ABI = 4
+ABI = 5
 ENV_VAR = "DLBRIDGE_PURE_PYTHON"
 
 
@@ -26,7 +28,7 @@ def _load() -> tuple[ModuleType | None, str]:
     if forced not in ("", "0"):
         return None, f"pure Python ({ENV_VAR}={forced})"
     try:
-        module = importlib.import_module("._accel", __package__)
+        import dlbridge._accel as module  # type: ignore[import-not-found]  # compiled, without a stub
     except ImportError as exc:  # not built: no C compiler or no Python headers at install time
         return None, f"pure Python (no compiled module: {exc})"
     found = getattr(module, "ABI", None)

@@ -4,7 +4,8 @@ The conversion logic only *reads* this table (through :func:`capabilities`); ``d
 report`` checks it against what the installed frameworks really do and lists disagreements.
 
 Rows are facts about consumers ("imports", "holds" and the FEATURES flags) and about
-producers ("exports_uint8": dtypes whose capsules a producer labels uint8). ``requires`` names
+producers ("exports_uint8", "exports_as_float": dtypes whose capsules a producer mislabels;
+"cannot_export"; "exports_legacy_only"). ``requires`` names
 a module, optionally with a minimum version ("ml_dtypes>=0.5"), read from package metadata.
 
 Sources: upstream release notes, changelogs, pull requests and source files; "probe
@@ -20,14 +21,20 @@ import sys
 from functools import cache, lru_cache
 from typing import NamedTuple
 
-from ._dtypes import BY_NAME
-from ._rows import FEATURES, KINDS, PRODUCER_KINDS, TABLE, Row
+from ._rows import FEATURES, KINDS, PRODUCER_KINDS, REGISTRY, SUPPORT, Row
 
-__all__ = ["Row", "TABLE", "Capabilities", "capabilities", "parse_version", "FEATURES", "KINDS", "satisfied",
-           "installed_version"]  # fmt: skip
+__all__ = ["Row", "table", "consumers", "Capabilities", "capabilities", "parse_version", "FEATURES", "KINDS",
+           "satisfied", "installed_version", "floor", "version_notes"]  # fmt: skip
 
 
-CONSUMERS = tuple(dict.fromkeys(row.consumer for row in TABLE))
+def table() -> tuple[Row, ...]:
+    """Every row of every framework in the registry (``dlbridge._rows``), in its order."""
+    return REGISTRY.table()
+
+
+def consumers() -> tuple[str, ...]:
+    """The frameworks dlbridge converts into (those that are only sources, such as pyarrow, are not)."""
+    return tuple(name for name, framework in REGISTRY.entries.items() if framework.target)
 
 
 class Capabilities(NamedTuple):
@@ -50,7 +57,11 @@ class Capabilities(NamedTuple):
     copies_unaligned: bool
     dtype_registry: bool
     copies_imports: bool
+    exports_legacy_only: bool  # as a producer: legacy capsules only (no max_version)
+    detects_bool_sources: bool
+    aborts_on_null_deleter: bool
     exports_uint8: frozenset[str]  # as a producer: dtypes its capsules label uint8
+    exports_as_float: frozenset[str]  # as a producer: dtypes its capsules label kDLFloat of their width
     cannot_export: frozenset[str]  # as a producer: dtypes its __dlpack__ refuses
     min_ndim: int = 0  # the fewest dimensions its arrays can have ("ndim" rows)
     max_ndim: int = 64  # the most (64: dlbridge's own bound on any capsule, _capsule._read.MAX_NDIM)
@@ -131,11 +142,15 @@ def _applies(row: Row, version: tuple[int, ...]) -> bool:
     return row.requires is None or satisfied(row.requires)
 
 
-@lru_cache(maxsize=64)
 def capabilities(consumer: str, version: str) -> Capabilities:
-    """What ``consumer`` at ``version`` accepts, read off TABLE (cached)."""
+    """What ``consumer`` at ``version`` accepts, read off the table (cached while the registry is unchanged)."""
+    return _capabilities(consumer, version, REGISTRY.generation)
+
+
+@lru_cache(maxsize=64)
+def _capabilities(consumer: str, version: str, generation: int) -> Capabilities:
     v = parse_version(version)
-    rows = [r for r in TABLE if r.consumer == consumer and _applies(r, v)]
+    rows = [r for r in table() if r.consumer == consumer and _applies(r, v)]
     imports = frozenset().union(*(r.dtypes for r in rows if r.what == "imports"))
     holds = imports.union(*(r.dtypes for r in rows if r.what == "holds"))
     flags: dict[str, object] = {f: any(r.what == f for r in rows) for f in FEATURES}
@@ -152,7 +167,7 @@ def missing_requirements(consumer: str, version: str, dtype: str) -> list[str]:
     return sorted(
         {
             part.strip()
-            for r in TABLE
+            for r in table()
             if r.consumer == consumer and r.what in ("imports", "holds") and dtype in r.dtypes and r.requires
             and not satisfied(r.requires) and _applies(r._replace(requires=None), v)
             for part in r.requires.split(",") if not satisfied(part.strip())
@@ -160,4 +175,46 @@ def missing_requirements(consumer: str, version: str, dtype: str) -> list[str]:
     )  # fmt: skip
 
 
-assert all(d in BY_NAME for r in TABLE for d in r.dtypes), "TABLE names an unknown dtype"
+def imports_from(consumer: str, version: str, dtype: str) -> str | None:
+    """The first release after ``version`` whose rows have ``consumer`` import ``dtype`` (for messages
+    naming the upgrade that fixes a refusal); None where no later row does."""
+    v = parse_version(version)
+    later = [r.since for r in table() if r.consumer == consumer and r.what == "imports" and dtype in r.dtypes
+             and r.since is not None and parse_version(r.since) > v]  # fmt: skip
+    return min(later, key=parse_version) if later else None
+
+
+def split_requirement(text: str) -> tuple[str, str | None]:
+    """A requirement of pyproject's extras as (name, minimum): "mlx[cpu]>=0.32" -> ("mlx", "0.32")."""
+    name, _, minimum = text.partition(">=")
+    return name.partition("[")[0].strip(), minimum.strip() or None
+
+
+def floor(name: str) -> str | None:
+    """The oldest version of framework ``name`` dlbridge supports (its pyproject extra's floor); None: no extra."""
+    support = SUPPORT.get(name)
+    return split_requirement(support.extra[0])[1] if support is not None and support.extra else None
+
+
+def _release(text: str) -> tuple[int, ...]:
+    match = _VERSION.match(text.strip().removeprefix("v"))
+    return tuple(int(p) for p in match.group(1).split(".")) if match else ()
+
+
+def version_notes(name: str, version: str) -> list[str]:
+    """Why ``version`` of framework ``name`` is outside what dlbridge supports: below its floor (the
+    version its pyproject extra installs), or outside the releases its rows were probed on, where the
+    table's predictions are unverified. Empty when it is inside both (or dlbridge has no data for it)."""
+    support = SUPPORT.get(name)
+    if support is None or not _release(version):
+        return []
+    notes = []
+    lowest = floor(name)
+    if lowest is not None and parse_version(version) < parse_version(lowest):
+        notes.append(f'below dlbridge\'s floor {lowest} (pip install -U "{support.extra[0]}")')
+    low, high = support.probed
+    newest = _release(high)
+    if parse_version(version) < parse_version(low) or _release(version)[: len(newest)] > newest:
+        notes.append(f"outside the releases dlbridge's capability rows were probed on ({low} to {high}.x): "
+                     "their predictions are unverified here (dlbridge report checks them)")  # fmt: skip
+    return notes

@@ -107,7 +107,7 @@ def _explain(args: argparse.Namespace) -> int:
     from ._pipeline._explain import explain
     from ._report._cases import REPORTED, import_order, installed_frameworks, make_source, reference
 
-    aliases = {alias: a.name for a in REPORTED.values() for alias in (a.module, *a.aliases)}
+    aliases = {alias: a.name for a in REPORTED.values() for alias in (a.module, *a.framework.aliases)}
     producer = _one(args.producer, list(REPORTED), "framework", aliases)
     consumer = _one(args.consumer, list(ADAPTERS), "framework", aliases)
     dtype = _one(args.dtype, list(BY_NAME), "dtype", ALIASES)
@@ -118,6 +118,8 @@ def _explain(args: argparse.Namespace) -> int:
         __import__(REPORTED[name].module)
     try:
         src = make_source(producer, args.device, reference(dtype), args.layout)
+    except MemoryError:
+        raise
     except Exception as err:
         raise UsageError(f"{producer} cannot make a {args.layout} {dtype} array on {args.device}: {err}") from None
     copy = None if args.copy is None else args.copy == "true"
@@ -162,7 +164,7 @@ def _selection(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
     from ._report._cases import DEVICES, FRAMEWORKS, REPORTED, install_hint, installed_frameworks
 
     installed = installed_frameworks()
-    aliases = {alias: a.name for a in REPORTED.values() for alias in (a.module, *a.aliases)}
+    aliases = {alias: a.name for a in REPORTED.values() for alias in (a.module, *a.framework.aliases)}
     frameworks = _names(args.frameworks, FRAMEWORKS, "framework", aliases)
     missing = [f for f in frameworks or () if f not in installed]
     if missing:
@@ -246,6 +248,8 @@ def _report(args: argparse.Namespace, command: str) -> int:
     where = f"wrote {args.out}" if args.out else "done"
     print(f"dlbridge report: {where}: {len(report.cells)} cells (+{len(report.layout_cells)} layout cells) in {report.meta['elapsed_s']} s, {crashes} native "
           f"crashes, {len(failures)} dlbridge failures, {len(disagree)} table disagreements", file=sys.stderr)  # fmt: skip
+    for note in report.meta.get("support") or ():
+        print(f"dlbridge report: {note}", file=sys.stderr)
     if report.meta["partial"]:
         print("dlbridge report: interrupted; the partial report was written", file=sys.stderr)
         return EXIT_INTERRUPTED

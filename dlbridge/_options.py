@@ -11,29 +11,36 @@ on every call cost more than the rest of the policy); ``set_default_fallback(Non
 from __future__ import annotations
 
 import contextvars
-import enum
 import os
-from types import TracebackType
-from typing import Final, Literal
 
 from ._errors import OptionError
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: ``import dlbridge`` stays small)
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Final, Literal, TypeAlias
 
 __all__ = ["NOT_GIVEN", "Fallback", "FALLBACKS", "resolve_fallback", "set_default_fallback",
            "get_default_fallback", "fallback_policy", "check_fallback", "default_cell"]  # fmt: skip
 
-Fallback = Literal["raise", "view", "upcast"]
+Fallback: TypeAlias = 'Literal["raise", "view", "upcast"]'
 FALLBACKS: Final = ("raise", "view", "upcast")
 ENV_VAR: Final = "DLBRIDGE_FALLBACK"
 
 
-class _NotGiven(enum.Enum):
-    NOT_GIVEN = "NOT_GIVEN"
+class _NotGiven:
+    """The type of ``NOT_GIVEN``, "not passed" where None is a value of its own: one instance."""
+
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return "NOT_GIVEN"
 
+    def __reduce__(self) -> str:
+        return "NOT_GIVEN"  # pickled and copied as the one instance (dlbridge._options.NOT_GIVEN)
 
-NOT_GIVEN: Final = _NotGiven.NOT_GIVEN
+
+NOT_GIVEN: Final = _NotGiven()
 
 _process_default: Fallback | None = None
 _env_default: Fallback | None = None  # $DLBRIDGE_FALLBACK, read on first use

@@ -5,7 +5,7 @@ Frameworks are imported only under ``TYPE_CHECKING``: nothing here loads one at 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from ._options import Fallback, _NotGiven
 
@@ -43,7 +43,7 @@ SupportsDLPack.__module__ = "dlbridge"
 
 
 # The ``fallback=`` keyword: a mode, or None / the default sentinel for "not given".
-FallbackOption: TypeAlias = "Fallback | Literal[_NotGiven.NOT_GIVEN] | None"
+FallbackOption: TypeAlias = "Fallback | _NotGiven | None"
 
 # ``dtype=``: a dtype name ("bfloat16", "float8_e4m3fn", ...) or a framework's dtype object
 # (NumPy / ml_dtypes / JAX / CuPy dtypes and scalar types, ``torch.bfloat16``, ...).

@@ -61,6 +61,19 @@ def need(name: str):
     return pytest.importorskip(name, reason=f"{name} is not installed")
 
 
+def need_supported(name: str):
+    """``need(name)``, skipping (with the reason) where the installed version is below dlbridge's floor
+    (pyproject's extra, ``dlbridge._rows`` SUPPORT): what dlbridge does there has tests of its own."""
+    from dlbridge._capabilities import floor, parse_version
+
+    mod = need(name)
+    lowest = floor(name)
+    if lowest is not None and parse_version(mod.__version__) < parse_version(lowest):
+        pytest.skip(f"{name} {mod.__version__} is below dlbridge's floor {lowest}: tests/test_{name}_versions.py "
+                    "checks what dlbridge does with it", allow_module_level=True)  # fmt: skip
+    return mod
+
+
 def caps_of(name: str):
     """The capability table's row for the installed ``name`` (skips the test when it is missing):
     tests that depend on a version ask it rather than assume today's versions."""

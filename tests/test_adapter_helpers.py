@@ -46,7 +46,7 @@ def test_make_array_keeps_dtype_and_bits_and_reads_back(name: str, dtype: str) -
 
 
 def test_host_adapter_is_unique_and_cpu() -> None:
-    assert [a for a in ADAPTERS.values() if a.host] == [HOST]
+    assert [a for a in ADAPTERS.values() if a.framework.host] == [HOST]
     assert 1 in HOST.device_codes
 
 
@@ -97,15 +97,18 @@ def test_api_dtype_accepts_short_names() -> None:
 
 
 def _fake(name: str, module: str, unsafe_after: tuple[str, ...] = ()) -> Adapter:
-    # The host's adapter under another name: only the class attributes are read.
-    cls = type(name.title(), (type(HOST),), {"name": name, "module": module, "unsafe_after": unsafe_after})
-    return cls()
+    # The host's adapter under another name: only its names and unsafe_after are read.
+    cls = type(name.title(), (type(HOST),), {"unsafe_after": unsafe_after})
+    return cls(HOST.framework._replace(name=name, module=module))
 
 
 def test_import_order_imports_a_framework_before_the_modules_it_must_not_follow(monkeypatch) -> None:
     # "late" crashes on import once "early" is loaded: the report's worker must import "late" first.
-    monkeypatch.setitem(ADAPTERS, "early", _fake("early", "early_mod"))
-    monkeypatch.setitem(ADAPTERS, "late", _fake("late", "late_mod", unsafe_after=("early_mod",)))
-    monkeypatch.setitem(ADAPTERS, "plain", _fake("plain", "plain_mod"))
+    fakes = [
+        _fake("early", "early_mod"),
+        _fake("late", "late_mod", unsafe_after=("early_mod",)),
+        _fake("plain", "plain_mod"),
+    ]
+    monkeypatch.setattr(_cases, "REPORTED", {a.name: a for a in fakes})
     assert _cases.import_order(["early", "plain", "late"]) == ["plain", "late", "early"]
     assert _cases.import_order(["plain", "early"]) == ["plain", "early"]  # no constraint: the order given

@@ -12,13 +12,13 @@ import json
 import pytest
 
 import dlbridge
-from dlbridge._capabilities import KINDS, TABLE, capabilities, parse_version
+from dlbridge._capabilities import KINDS, capabilities, parse_version, table
 from dlbridge._dtypes import BY_NAME
 from tests.conftest import need, run_child
 
 
 def test_every_row_has_a_source_and_a_known_kind() -> None:
-    for row in TABLE:
+    for row in table():
         assert row.source.strip(), row
         assert row.what in KINDS, row
         assert "FACTS" not in row.source, row  # upstream sources or dlbridge's own probes only

@@ -190,14 +190,16 @@ def test_report_without_numpy_probes_torch():
 def test_a_registered_adapter_is_listed_by_doctor_and_the_cli():
     # Adding a framework is one adapter: doctor and the report's option checks pick it up from the registry.
     code = """
-import dlbridge._adapters as registry
-from tests.toy_adapter import ToyAdapter  # a complete adapter (every abstract method), renamed
+from dlbridge._adapters import register
+import tests.toy_adapter as toy  # a complete adapter (every abstract method), renamed
 
-class Newframe(ToyAdapter):
-    name, module, display, extra = "newframe", "dlbridge_test_no_such_module", "NewFrame", "newframe"
-    array_type, producer_modules = ("dlbridge_test_no_such_module", "Array"), ()
+class Newframe(toy.ToyAdapter):
+    display, extra = "NewFrame", "newframe"
 
-registry.ADAPTERS["newframe"] = Newframe()
+toy.Newframe = Newframe
+register(toy.FRAMEWORK._replace(name="newframe", module="dlbridge_test_no_such_module", producer_modules=(),
+                                array_type=("dlbridge_test_no_such_module", "Array"),
+                                adapter="tests.toy_adapter:Newframe"), ())
 from dlbridge._cli import main
 assert main(["doctor"]) == 0
 assert main(["report", "--frameworks", "newframe"]) == 2
@@ -210,7 +212,7 @@ assert main(["report", "--frameworks", "newframe"]) == 2
 
 def test_doctor_names_an_import_order_hazard_from_the_adapter(monkeypatch):
     # An adapter whose framework crashes when imported after another module (unsafe_after) gets a hazard line.
-    host = next(a for a in ADAPTERS.values() if a.host)
+    host = next(a for a in ADAPTERS.values() if a.framework.host)
     monkeypatch.setattr(host, "unsafe_after", ("json",), raising=False)  # json: a module that is always there
     lines = hazards({host.name: "2.0.0"})
     assert f"{host.display} 2.0.0 crashes the process when imported after json: import it first" in " ".join(lines)

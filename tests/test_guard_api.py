@@ -125,7 +125,9 @@ def test_guard_frames_are_hidden_from_pytest_tracebacks() -> None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
     guard_frames = [
-        f for f in frames if f.f_code.co_filename in (dlbridge._guard._decorator.__file__, dlbridge._guard._call.__file__)
+        f
+        for f in frames
+        if f.f_code.co_filename in (dlbridge._guard._decorator.__file__, dlbridge._guard._call.__file__)
     ]
     assert guard_frames, "the guard's frames should be on the traceback"
     assert all(f.f_locals.get("__tracebackhide__") is True for f in guard_frames)

@@ -15,6 +15,7 @@ from dlbridge._report._doctor import doctor_text, hazards, installed_versions
 from dlbridge._report._markdown import parse
 from dlbridge._report._model import ATTEMPTS, Attempt, Cell, Export, caps_entry, predict_export, predict_layout
 from dlbridge._report._worker import _exports, run_task
+from tests.conftest import need_supported
 
 DTYPES = ("float32", "bfloat16", "int64")  # Arrow makes f32 and i64, not bf16
 
@@ -25,7 +26,7 @@ def _installed(*names: str) -> list[str]:
 
 
 def _need_arrow() -> None:
-    pytest.importorskip("pyarrow")
+    need_supported("pyarrow")  # below its floor: tests/test_pyarrow_versions.py
     pytest.importorskip("numpy")  # Arrow's tensors are made from NumPy arrays
 
 

@@ -47,6 +47,7 @@ from dlbridge._adapters import ADAPTERS, adapter_for
 from dlbridge._errors import DLBridgeError
 from dlbridge._options import NOT_GIVEN, resolve_fallback
 from dlbridge._pipeline._convert import _convert
+from dlbridge._route import _learn
 from dlbridge._route import _replay as _route
 from tests._route_helpers import ptr
 from tests.conftest import need
@@ -342,10 +343,10 @@ def forget() -> None:
     ``fallback_policy`` block was ever used: the next call is cold."""
     _options._blocks_used = False
     _options._refresh_cell()
-    _route._producers.clear()
-    _route._seen.clear()
-    for spec in _route.SPECS.values():  # the spec holds one state, replaced whole: a fresh one
-        spec[0] = _route._state(spec[0].target)
+    _learn.producers.clear()
+    _learn._seen.clear()
+    for spec in _learn.SPECS.values():  # the spec holds one state, replaced whole: a fresh one
+        spec[0] = _learn.new_state(spec[0].target)
 
 
 def import_a_module() -> None:

@@ -26,6 +26,7 @@ import pytest
 
 import dlbridge
 from dlbridge import _accelerator
+from dlbridge._pipeline._handoff import Admission, Handoff
 from dlbridge._route import _records as _route_records
 from dlbridge._route import _replay as _route
 from tests.conftest import need
@@ -274,6 +275,21 @@ class _Raise:
 _ESCAPING = [KeyboardInterrupt("^C"), SystemExit(3), MemoryError("out of memory"), GeneratorExit()]
 
 
+def _switch_functions(jax: Any) -> set[str]:
+    """The Python functions reading JAX's x64 switch runs (the route's capability check reads it on every
+    call: JaxAdapter.caps_switch); skips where it runs none on this JAX (nothing to interrupt)."""
+    names: list[str] = []
+    obj, attribute = dlbridge._adapters.ADAPTERS["jax"].caps_switch()
+    sys.setprofile(lambda frame, event, arg: names.append(frame.f_code.co_name) if event == "call" else None)
+    try:
+        getattr(obj, attribute)
+    finally:
+        sys.setprofile(None)
+    if not names:
+        pytest.skip(f"JAX {jax.__version__} reads its x64 switch without Python code: nothing to interrupt there")
+    return {names[0]}
+
+
 @pytest.mark.parametrize("err", _ESCAPING, ids=lambda e: type(e).__name__)
 @pytest.mark.parametrize("where", ["import", "export", "capabilities"])
 def test_interrupts_in_the_middle_propagate(where: str, err: BaseException) -> None:
@@ -283,7 +299,7 @@ def test_interrupts_in_the_middle_propagate(where: str, err: BaseException) -> N
     source, to, names = {
         "import": (lambda: torch.arange(4, dtype=torch.float32), dlbridge.to_jax, {"from_dlpack", "_from_dlpack"}),
         "export": (lambda: jax.numpy.arange(4, dtype=jax.numpy.float32), dlbridge.to_numpy, {"__dlpack__"}),
-        "capabilities": (lambda: torch.arange(4, dtype=torch.float32), dlbridge.to_jax, {"capabilities"}),
+        "capabilities": (lambda: torch.arange(4, dtype=torch.float32), dlbridge.to_jax, _switch_functions(jax)),
     }[where]
     x = source()
     _warm(lambda: to(x))
@@ -334,20 +350,35 @@ def test_an_ordinary_error_in_the_middle_goes_to_the_pipeline() -> None:
 def _records() -> dict[str, tuple[Any, dict[str, Any]]]:
     """Each record type with one set of fields (all of them, none the default)."""
     state = {
-        "target": "numpy", "ready": True, "kind": 1, "importer": len, "api": "api", "versioned": True, "align": 64,
-        "readonly_ok": True, "offset_ok": True, "routes": {}, "caps_fn": abs, "caps": "caps", "decide": len,
-        "self_type": int, "self_import": str, "self_dtypes": [],
+        "target": "numpy", "ready": True, "kind": 1, "importer": len, "api": "api", "versioned": True, "routes": {},
+        "caps_guard": (int, "real", True), "caps": "caps", "decide": len, "self_type": int, "self_import": str, "self_dtypes": [],
+        "stream_query": (abs, "real"), "deferred": True,
     }  # fmt: skip
-    producer = {"kind": 2, "handle": len, "guards": (("is_cpu", False, True),), "alias": "detach", "relabels": {1: 2}}
-    replay = {"wire": 0x1_10_02, "finish": abs, "record": "record"}
+    producer = {"kind": 2, "handle": len, "guards": (("is_cpu", False, True),), "alias": "detach", "relabels": {1: 2},
+                "gpu_guards": (("is_cuda", False, True),), "device_method": "get_device", "device_type": 2, "gpu_kind": 1,
+                "current_device": abs}  # fmt: skip
+    replay = {"record": _record(), "finish": abs}
     return {"State": (_route._PyState, state), "Producer": (_route._PyProducer, producer),
             "Replay": (_route._PyReplay, replay)}  # fmt: skip
+
+
+_ADMITS = Admission(wire=0x1_10_02, triple=0x1_10_04, device_type=2, device_id=3, kinds=3, readonly_ok=True,
+                    offset_ok=False, align=64)  # fmt: skip
+
+
+def _record(admits: Any = _ADMITS) -> Handoff:
+    return Handoff("numpy", "torch", admits=admits)
+
+
+def _fields_of(name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Every field of a record made from ``values``: a Replay's admission fields come from its record."""
+    return {**values, **values["record"].admits._asdict()} if name == "Replay" else values
 
 
 def test_the_compiled_records_have_the_python_records_fields() -> None:
     accel = _accelerator.accel
     for name, (py, values) in _records().items():
-        assert py._fields == tuple(values), name  # every field, in order
+        assert py._fields == tuple(_fields_of(name, values)), name  # every field, in order
         assert getattr(_route, name) is (py if accel is None else getattr(accel, name))
         if accel is None:
             continue
@@ -355,7 +386,7 @@ def test_the_compiled_records_have_the_python_records_fields() -> None:
         assert c._fields == py._fields, name
         made_c, made_py = c(**values), py(**values)
         for field in c._fields:  # the same values read back by name
-            assert getattr(made_c, field) == getattr(made_py, field) == values[field], (name, field)
+            assert getattr(made_c, field) == getattr(made_py, field) == _fields_of(name, values)[field], (name, field)
         with pytest.raises(AttributeError):
             setattr(made_c, c._fields[0], None)  # read-only, as the frozen Python records
         with pytest.raises(TypeError):
@@ -400,12 +431,25 @@ def test_records_the_compiled_route_cannot_read_are_refused_or_declined() -> Non
     np.testing.assert_array_equal(out.numpy(), x)
     assert out.data_ptr() == x.ctypes.data
     for bad in ({"ready": True}, {"ready": True, "routes": {}, "self_dtypes": (), "importer": len, "decide": len},
-                {"align": 0}):  # fmt: skip
+                {"align": 64}, {"caps_guard": (int, "real")}, {"caps_guard": (int, 1, True)}):  # fmt: skip
         with pytest.raises(TypeError):
             accel.State(target=None, **bad)
-    for bad_producer in ({"guards": [("is_cpu", False, True)]}, {"alias": 1}, {"relabels": [1]}, {"kind": "1"}):
+    for bad_producer in ({"guards": [("is_cpu", False, True)]}, {"alias": 1}, {"relabels": [1]}, {"kind": "1"},
+                         {"gpu_guards": ()}, {"gpu_guards": [], "device_method": "x"}, {"current_device": 1}):  # fmt: skip
         with pytest.raises(TypeError):
             accel.Producer(**bad_producer)
-    for bad_replay in ({"wire": -1}, {"wire": 1 << 32}, {"finish": 1}, {}):
-        with pytest.raises((TypeError, OverflowError)):
+    bad_admits = [
+        _ADMITS._replace(**{f: v})
+        for f, v in (
+            ("wire", -1),
+            ("wire", 1 << 32),
+            ("align", 0),
+            ("kinds", 0),
+            ("device_id", 1 << 15),
+            ("triple", "x"),
+        )
+    ]
+    for bad_replay in ({"record": _record(None)}, {"record": "record"}, {"record": _record(), "finish": 1}, {},
+                       *({"record": _record(a)} for a in bad_admits)):  # fmt: skip
+        with pytest.raises((TypeError, OverflowError, AttributeError)):
             accel.Replay(**bad_replay)

@@ -279,7 +279,7 @@ def test_a_zero_dimensional_array_round_trips() -> None:
 def test_a_replicated_gpu_index_takes_the_part_already_on_that_gpu() -> None:
     """Parts with the same index (a replicated axis): each GPU takes the one on it (no copy); CPU
     devices are one memory, so there the order is kept. Stand-ins: only __dlpack_device__ is read."""
-    from dlbridge._shards import _nearest
+    from dlbridge._adapters._jax_shards import _nearest
 
     class On:
         def __init__(self, gpu: int) -> None:

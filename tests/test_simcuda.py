@@ -142,7 +142,7 @@ def test_cupy14_cannot_export_float8_views(sim):
     cp = sim.cupy("14.2.0")
     sim.torch()
     caps = capabilities("cupy", "14.2.0")
-    assert caps.cannot_export >= FLOAT8
+    assert caps.cannot_export >= FLOAT8 - {"float8_e5m2"}  # e5m2 exports, mislabelled: tests/test_simcuda_fp8.py
     assert "bfloat16" not in caps.cannot_export
     import ml_dtypes
 
@@ -223,7 +223,7 @@ def test_cupy_bfloat16_needs_numpy_2_1_2(monkeypatch):
 
     def fresh() -> None:
         table.satisfied.cache_clear()
-        table.capabilities.cache_clear()
+        table._capabilities.cache_clear()  # (capabilities() reads it, keyed by the registry's generation)
 
     fresh()
     assert "bfloat16" in table.capabilities("cupy", "14.2.0").imports  # NumPy 2.4 and ml_dtypes here

@@ -128,11 +128,19 @@ def test_the_producer_is_handed_the_stream_of_the_arrays_device(sim, pipeline):
     sim.log.clear()
     pipeline.calls = 0
     out = dlbridge.to_cupy(x)
-    assert pipeline.calls == 0
-    assert sim.log.streams_handed("torch") == [STREAM], sim.log  # cupy's stream on device 1, not 0
+    # torch's handshake is made on the current device: the route declines before any export, and the
+    # pipeline switches to cuda:1 and exports once, handing torch cupy's stream on device 1, not 0
+    assert pipeline.calls == 1
+    assert sim.log.streams_handed("torch") == [STREAM], sim.log
     assert [c.detail["device"] for c in sim.log.of("export", "torch")] == [1]
     assert _result(out, "cupy")[2:] == (ptr, 1)
     assert sim.state.current_device == 0  # the switch to device 1 for the export was undone
+    sim.state.current_device = 1  # on the current device the route does the same handshake itself
+    sim.log.clear()
+    pipeline.calls = 0
+    out = dlbridge.to_cupy(x)
+    assert pipeline.calls == 0 and sim.log.streams_handed("torch") == [STREAM], sim.log
+    assert _result(out, "cupy")[2:] == (ptr, 1)
 
 
 def test_bfloat16_to_cupy_13_3_is_exported_once_and_never_crashes(sim, pipeline):
@@ -153,16 +161,12 @@ def test_bfloat16_to_cupy_13_3_is_exported_once_and_never_crashes(sim, pipeline)
 
 
 @pytest.mark.parametrize("state", ["requires_grad", "strided"])
-def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipeline, monkeypatch, state):
+def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipeline, state):
     base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     x = exact.cuda_tensor(base.t() if state == "strided" else base)
     if state == "requires_grad":
         x.requires_grad_(True)
-    from dlbridge._route import _gpu as _route_gpu
-
     dlbridge.to_cupy(exact.cuda_tensor(torch.arange(4.0)))  # the route learns torch.Tensor and CuPy's state
-    real, made = _route_gpu.export, []
-    monkeypatch.setattr(_route_gpu, "export", lambda state, x: made.append(real(state, x)) or made[-1])
     for _ in range(3):
         sim.log.clear()
         pipeline.calls = 0
@@ -170,7 +174,9 @@ def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipe
             dlbridge.to_cupy(x)
         assert pipeline.calls == 1  # the pipeline converts (or refuses) it, and says why
         assert sim.log.exports("torch") <= 1, sim.log  # only the pipeline's export, if any
-    assert made and all(m is None for m in made), "the route's GPU half exported it"
+        # the streams are the same (both on the default stream), so the route would export through the
+        # exchange API (logged with exchange=True): it never did
+        assert not [c for c in sim.log.of("export", "torch") if c.detail.get("exchange")], sim.log
 
 
 @pytest.mark.parametrize("version", ["13.3.0", "14.2.0"])
@@ -188,17 +194,20 @@ def test_managed_memory_into_torch_is_handed_torchs_stream(sim, pipeline, versio
         assert out.data_ptr() == x.data.ptr and out.device == torch.device("cuda", 0)
 
 
-def test_jax_as_consumer_stays_on_the_pipeline_with_jaxs_own_stream(sim, pipeline):
-    gpu = sim.jax()
-    x, _ = _source(sim, "torch", torch.arange(6.0))
+def test_jax_as_consumer_is_replayed_with_jaxs_own_stream(sim, pipeline):
+    sim.jax()
+    x, ptr = _source(sim, "torch", torch.arange(6.0))
+    dlbridge.to_jax(x)  # the pipeline converts it and the route learns
     for _ in range(3):
         sim.log.clear()
         pipeline.calls = 0
-        dlbridge.to_jax(x)
-        assert pipeline.calls == 1  # JAX asks the producer for a stream itself: the deferred export
+        out = dlbridge.to_jax(x)
+        assert pipeline.calls == 0  # JAX asks the route's carrier for the capsule, with its stream
         consumed = sim.log.of("consume", "jax")
+        assert sim.log.exports("torch") == 1, sim.log
         assert sim.log.streams_handed("torch") == [consumed[0].stream], sim.log
-    assert gpu is sim.gpu
+        assert np.array_equal(np.asarray(out), np.arange(6.0, dtype=np.float32))
+        assert out.unsafe_buffer_pointer() == ptr  # the same memory
 
 
 def test_cpu_arrays_still_take_the_cpu_route(sim, pipeline):

@@ -26,11 +26,15 @@ IDENTIFIER = re.compile(r"^(" + "|".join((*_WORDS, "np", "tf", "jnp", "cp")) + r
 
 # (file relative to dlbridge/, framework word) -> why the file may name it in code.
 ALLOWED: dict[tuple[str, str], str] = {
-    # register_numpy_dtypes() is NumPy's by name (the to_<name> functions come from the adapter table,
-    # and their per-framework types are in __init__.pyi).
-    ("_api.py", "numpy"): "register_numpy_dtypes() is a NumPy registry call",
+    # The public functions: one to_<name> per framework, written out and typed (TYPE_CHECKING imports),
+    # each calling the route with its framework's spec; convert()'s overloads name each framework's names;
+    # register_numpy_dtypes() is NumPy's by name.
+    **{
+        ("_api.py", w): "the public to_<name> functions and convert()'s overloads, typed per framework"
+        for w in ("torch", "pytorch", "cupy", "jax", "numpy", "tensorflow", "paddle", "paddlepaddle")
+    },
     # dlbridge.shards() / from_shards(): typed per target like convert() (TYPE_CHECKING imports, Literal
-    # names), over JAX's sharded arrays, whose JAX calls go through the JAX adapter.
+    # names), over JAX's sharded arrays, whose JAX side is the JAX adapter's (_adapters/_jax_shards.py).
     **{
         ("_shards.py", w): "public per-framework signatures of shards(); the sharded-array API is JAX's"
         for w in ("torch", "pytorch", "cupy", "jax", "numpy", "tensorflow", "paddle")
@@ -82,7 +86,7 @@ def framework_names_in_code(path: Path) -> list[tuple[int, str, str]]:
     return hits
 
 
-_SHARED = ("_base.py", "_probe.py", "_support.py", "__init__.py")  # _adapters/ modules of no framework
+_SHARED = ("_base.py", "_fast.py", "_probe.py", "_support.py", "__init__.py")  # _adapters/ modules of no framework
 
 
 def _outside_adapters() -> list[Path]:
@@ -171,7 +175,7 @@ def test_module_aliases_name_targets_not_cli_frameworks() -> None:
     from dlbridge._adapters import ADAPTERS, adapter_named
 
     assert adapter_named("jax.numpy") is ADAPTERS["jax"]
-    assert all("jax.numpy" not in a.aliases for a in ADAPTERS.values())
+    assert all("jax.numpy" not in a.framework.aliases for a in ADAPTERS.values())
 
 
 # --- size: short functions, modules of one concern ------------------------------------------------
@@ -241,6 +245,9 @@ DEVICES = "_pipeline/_devices.py"  # where memory is, where the target can use i
 STREAM_RULE = "only stream=None is valid off the GPU"
 # A capsule's device (DLPackInfo's fields), read only by the capsule layer and the devices module.
 DEVICE_FIELDS = frozenset({"device_code", "device_id"})
+# Not a capsule's: the fields of a stored route's admission (decide's, compared field by field with a
+# capsule's facts in _route/_replay._admitted, as route.c's admitted does).
+ADMISSION_RECORDS = frozenset({"replay"})
 # The capsule layer's device edits and aliases: used only through the devices module.
 DEVICE_PRIMITIVES = frozenset({"relabel_device", "alias_device", "DEVICE_ALIASES"})
 # The adapters' stream handshake: asked only by the devices module (the adapters define them).
@@ -261,6 +268,8 @@ def device_rule_breaks(path: Path, rel: str) -> list[str]:
         if capsule_layer:
             continue
         if isinstance(node, ast.Attribute) and node.attr in DEVICE_FIELDS:
+            if isinstance(node.value, ast.Name) and node.value.id in ADMISSION_RECORDS:
+                continue
             found.append(f"{rel}:{line}: reads a capsule's .{node.attr} (ask _devices)")
         elif isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
@@ -337,3 +346,98 @@ def test_an_arrays_export_is_read_checked_and_decided_in_one_sequence() -> None:
     assert _callers("placed") == ["_pipeline/_convert.py:exported_handoff"]
     callers = _callers("exported_handoff")
     assert sorted(callers) == ["_pipeline/_convert.py:_array_stage", "_pipeline/_convert.py:export_when_asked"]
+
+
+# --- one place per rule: the capsule layer and the route's record ------------------------------------
+
+_LAYOUT_MODULE = PACKAGE / "_capsule" / "_layout.py"
+
+
+def _code_of(path: Path) -> str:
+    """``path``'s code without comments and docstrings (strings that are code stay)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def test_the_dltensor_layout_is_declared_once() -> None:
+    """Python: one module declares DLPack's structs (``_capsule/_layout.py``: ctypes structures, the struct
+    formats derived from them); C: one header (``accel.h``). Elsewhere they are imported, never re-declared."""
+    twice = []
+    for path in _python_modules():
+        code = _code_of(path)
+        if path != _LAYOUT_MODULE and (
+            "'byte_offset', ctypes" in code or re.search(r"Struct\('@[^']*(iiiBBH|IIPPQ)", code)
+        ):
+            twice.append(str(path.relative_to(PACKAGE)))
+    for path in (PACKAGE / "_csrc").glob("*.c"):
+        if re.search(r"typedef struct[^;]*byte_offset", path.read_text(encoding="utf-8"), re.S):
+            twice.append(path.name)
+    assert not twice, f"DLPack's struct layout declared again in {twice}: import it from _capsule/_layout.py"
+    assert "'byte_offset', ctypes" in _code_of(_LAYOUT_MODULE)  # the scanner sees the declaration it looks for
+
+
+def test_capsules_are_read_in_one_place() -> None:
+    """Capsule bytes are read by the capsule reader (``_capsule/_probe.py``) and its compiled twin
+    (``capsules.c``'s ``view_capsule``); ``_read`` only diagnoses what the reader refuses, ``_edit`` writes."""
+    readers = []
+    for path in _python_modules():
+        if "TENSOR_STRUCT" in _code_of(path) or "MANAGED_STRUCT" in _code_of(path):
+            readers.append(path.relative_to(PACKAGE).as_posix())
+    assert sorted(readers) == ["_capsule/_layout.py", "_capsule/_probe.py"], readers
+    c_readers = [p.name for p in (PACKAGE / "_csrc").glob("*.c") if "->dl_tensor" in p.read_text(encoding="utf-8")]
+    assert sorted(c_readers) == ["capsules.c", "steps.c"], c_readers  # steps.c: an exchange export's own tensor
+    steps_c = (PACKAGE / "_csrc" / "steps.c").read_text(encoding="utf-8")
+    assert "view_capsule(" in steps_c and "PyCapsule_GetPointer(c->capsule, LEGACY)" not in steps_c
+
+
+# Admission fields: what a capsule must say for a stored route to replay its record (decide's Admission).
+_ADMISSION_FIELDS = ("triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align")
+# Capability fields and adapter rules the route would re-derive a decision from, were it to read them.
+_RULES = ("readonly_arrays", "offset_needs_strides", "import_alignment", "copies_unaligned", "c_strides",
+          "row_major_only", "needs_dense")  # fmt: skip
+
+
+def test_the_route_replays_its_record_and_decides_nothing() -> None:
+    """Both routes compare a capsule's facts with the Replay's admission fields (read from the record
+    ``decide`` made) and read no capability rule themselves."""
+    for path in (PACKAGE / "_route").glob("*.py"):
+        code = _code_of(path)
+        found = [rule for rule in _RULES if re.search(rf"\b{rule}\b", code)]
+        assert not found, f"{path.name} reads {found}: decide() makes that decision (Handoff.admits)"
+    replay_py = _code_of(PACKAGE / "_route" / "_replay.py")
+    missing = [f for f in _ADMISSION_FIELDS if f"replay.{f}" not in replay_py]
+    assert not missing, f"the Python route does not compare the admission's {missing}"
+    route_c = "".join((PACKAGE / "_csrc" / f).read_text(encoding="utf-8") for f in ("route.c", "steps.c", "gpu.c"))
+    missing = [f for f in _ADMISSION_FIELDS if f"r->{f}" not in route_c]
+    assert not missing, f"the compiled route does not compare the admission's {missing}"
+    assert "state->align" not in route_c and "state->readonly_ok" not in route_c
+
+
+def test_the_route_follows_the_admission_in_its_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stored route whose record admits no capsule at that alignment is declined (the pipeline
+    converts), on whichever route is in use; with the record as decide made it, the route replays."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("torch")
+    from dlbridge._route import _replay as route
+
+    x = np.arange(16, dtype=np.float32)
+    for _ in range(3):
+        dlbridge.to_torch(x)  # learned: NumPy's Producer, torch's State, the float32 route
+    state = route.SPECS["torch"][0]
+    key, replay = next((k, r) for k, r in state.routes.items() if r is not None and r.triple == 0x1_20_02)
+    calls: list[object] = []
+    real = route._convert
+    monkeypatch.setattr(route, "_convert", lambda *a: calls.append(a) or real(*a))
+    dlbridge.to_torch(x)
+    assert calls == [], "the stored route did not replay"
+    strict = replay.record._replace(admits=replay.record.admits._replace(align=1 << 20))
+    state.routes[key] = route.Replay(record=strict, finish=replay.finish)
+    out = dlbridge.to_torch(x)
+    assert len(calls) == 1, "the route replayed a capsule its record does not admit"
+    assert out.data_ptr() == x.ctypes.data and out.dtype == __import__("torch").float32
+    state.routes[key] = replay

@@ -46,8 +46,14 @@ def test_rows_at_their_boundaries() -> None:
     assert not capabilities("jax", "0.5.2").imports & {"float4_e2m1fn", "float8_e4m3fn"}
     assert "float4_e2m1fn" not in capabilities("jax", "0.10.2").imports
     assert "float4_e2m1fn" in capabilities("jax", "0.9.0").imports or not satisfied("ml_dtypes>=0.5")
+    # .ci/edges (compat_edges.md): jax+jaxlib 0.9.1 import their own float4_e2m1fn, 0.9.2 refuses it
+    assert "float4_e2m1fn" in capabilities("jax", "0.9.1").imports or not satisfied("ml_dtypes>=0.5")
+    assert "float4_e2m1fn" not in capabilities("jax", "0.9.2").imports
     assert capabilities("numpy", "2.1.3").readonly_imports and not capabilities("numpy", "2.2.0").readonly_imports
     assert not capabilities("numpy", "2.0.2").readonly_arrays and capabilities("numpy", "2.1.0").readonly_arrays
+    # .ci/edges (compat_edges.md): numpy 1.24.4 cannot export bool, 1.25.0 can
+    assert "bool" in capabilities("numpy", "1.24.4").cannot_export
+    assert "bool" not in capabilities("numpy", "1.25.0").cannot_export
 
 
 # --- ml_dtypes: kinds an older ml_dtypes lacks ----------------------------------------------------

@@ -1,15 +1,25 @@
-"""The adapter for tests/toyarray.py: what a new framework needs, and nothing else (one adapter
-module and its rows; ``dlbridge._adapters._register.register`` adds both for the process)."""
+"""The toy framework of tests/toyarray.py, made a dlbridge framework with what a new framework needs and
+nothing else: its registry entry and capability rows (what ``dlbridge/_rows/<name>.py`` holds for a
+shipped framework) and its adapter (what ``dlbridge/_adapters/_<name>.py`` holds), here in one module.
+``dlbridge._adapters.register(FRAMEWORK, ROWS)`` adds them for the process."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dlbridge._adapters import Adapter, Prober
+from dlbridge._adapters._fast import FastRoute
 from dlbridge._adapters._numpy import numpy_dtype
-from dlbridge._rows import row
+from dlbridge._rows import Framework, row
 from dlbridge._rows._common import CORE
 
+FRAMEWORK = Framework(
+    name="toy",
+    module="tests.toyarray",
+    array_type=("tests.toyarray", "ToyArray"),
+    adapter="tests.toy_adapter:ToyAdapter",
+    producer_modules=("tests",),
+)
 _SOURCE = "probe 2026-11-25 (numpy 2.4.6): tests/toyarray.py imports through numpy.from_dlpack"
 ROWS = (
     row("toy", "imports", CORE | {"bool"}, source=_SOURCE),
@@ -31,11 +41,9 @@ class ToyProber(Prober):
 
 
 class ToyAdapter(Adapter):
-    name = "toy"
-    module = "tests.toyarray"
+    """The core adapter only: every conversion takes the pipeline."""
+
     display = "Toy"
-    array_type = ("tests.toyarray", "ToyArray")
-    producer_modules = ("tests",)
     prober_class = ToyProber
 
     def view(self, arr: Any, dtype: str) -> Any:
@@ -62,3 +70,7 @@ class ToyAdapter(Adapter):
         import numpy as np
 
         return self.mod.ToyArray(np.asarray(table, dtype=np.float32)[u8.data])
+
+
+class FastToyAdapter(FastRoute, ToyAdapter):
+    """The same with the fast route's part: its conversions are replayed by the route once learnt."""

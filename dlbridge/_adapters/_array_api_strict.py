@@ -16,6 +16,7 @@ from typing import Any
 
 from .._capsule._carriers import Carrier
 from ._base import Adapter, Prober, export_capsule
+from ._fast import FastRoute
 
 
 class ArrayApiStrictProber(Prober):
@@ -50,12 +51,7 @@ class ArrayApiStrictProber(Prober):
         return self.adapter._np(arr).copy()
 
 
-class ArrayApiStrictAdapter(Adapter):
-    name = "array_api_strict"
-    module = "array_api_strict"
-    aliases = ("array-api-strict",)
-    array_type = ("array_api_strict._array_object", "Array")
-    producer_modules = ("array_api_strict",)
+class ArrayApiStrictAdapter(FastRoute, Adapter):
     device_codes = frozenset({1})
     prober_class = ArrayApiStrictProber
     display = "array-api-strict"

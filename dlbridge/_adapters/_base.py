@@ -1,7 +1,8 @@
 """The adapter interface: everything the conversion needs to know about one framework.
 
-``Adapter`` is an abstract base class: its docstring says what a new framework implements. The
-report's, tests' and benchmarks' helpers are not part of it: see ``_probe.Prober``.
+``Adapter`` is an abstract base class: its docstring says what a new framework implements. The fast
+route's hooks are an optional part of their own (``_fast.FastRoute``); the report's, tests' and
+benchmarks' helpers are not part of it either (``_probe.Prober``).
 """
 
 from __future__ import annotations
@@ -10,56 +11,58 @@ import sys
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._capabilities import Capabilities, capabilities
 from .._capsule._carriers import Carrier
 from .._errors import DLBridgeError, MissingFrameworkError
 from ._probe import Prober
-from ._support import AsIs, FastExport, distribution_version, export_capsule, findable, import_framework
+from ._support import AsIs, distribution_version, export_capsule, findable, import_framework
 
-__all__ = ["Adapter", "AsIs", "FastExport", "Prober", "export_capsule"]
+if TYPE_CHECKING:
+    from .._rows import Framework
+
+__all__ = ["Adapter", "AsIs", "Prober", "export_capsule"]
 
 # What every adapter class sets (Adapter.__init__ checks them).
-_REQUIRED = ("name", "module", "display", "array_type", "prober_class")
+_REQUIRED = ("display", "prober_class")
 
 
 class Adapter(ABC):
     """One framework, as the conversion sees it.
 
-    A new framework is one subclass in ``_adapters/_<name>.py``, listed in ``ADAPTERS``
-    (``_adapters/__init__.py``), plus its capability rows (``_rows/<name>.py``, listed in
-    ``_rows.MODULES``) and its types in ``dlbridge/__init__.pyi`` (``to_<name>``'s return type,
-    a ``convert`` overload); ``to_<name>`` itself is made from ``ADAPTERS``. The subclass:
+    A new framework is one module in ``_adapters/_<name>.py`` with a subclass of this class, and one in
+    ``_rows/<name>.py`` with its registry entry (``FRAMEWORK``, a ``dlbridge._rows.Framework``: its
+    names, its array class, where this subclass lives) and its capability rows (``ROWS``), listed in
+    ``_rows.MODULES``; the README's "adding a framework" says what else a shipped one adds (its
+    ``to_<name>`` in ``dlbridge/_api.py``, an install extra). The subclass:
 
-    - sets the class attributes below: ``name``, ``module``, ``display``, ``array_type`` and
-      ``prober_class`` are required (checked when the adapter is made, i.e. at import of
-      ``dlbridge._adapters``); the others have defaults that fit a CPU framework with a plain
-      ``from_dlpack``;
+    - sets the class attributes below: ``display`` and ``prober_class`` are required (checked when the
+      adapter is made); the others have defaults that fit a CPU framework with a plain ``from_dlpack``;
     - implements every ``abstractmethod`` (the array operations the conversion needs: ``view``,
       ``data_ptr``, ``copy``, ``contiguous``, ``to_device``, ``bf16_bits_to_f32``, ``lookup_f32``);
-      a missing one makes ``TypeError: Can't instantiate abstract class`` at import;
+      a missing one makes ``TypeError: Can't instantiate abstract class`` when the adapter is made;
     - implements ``from_host`` when the framework cannot live on the CPU (1 not in ``device_codes``);
     - overrides the other methods only where the framework differs from their documented default
-      (its own device objects, streams, states its exporter refuses, the fast route);
+      (its own device objects, streams, states its exporter refuses);
+    - mixes in ``_fast.FastRoute`` (``class MyAdapter(FastRoute, Adapter)``) for the fast route, which
+      replays the common conversions without the pipeline; without it every conversion takes the
+      pipeline, with the same results;
     - names a ``Prober`` subclass (``_probe.py``) for the report, tests and benchmarks: how to
       make its arrays and read them back. It lives in the same file, above the adapter.
 
-    An adapter is made without importing its framework: ``mod`` imports it on first use inside a
-    conversion, and detection reads ``sys.modules`` only. Keep framework knowledge in this file
-    and in its rows (tests/test_structure.py checks that nothing else names a framework).
+    An adapter is made from its registry entry when first needed (a conversion, the detection of one of
+    its arrays once its framework is loaded, the report), without importing its framework: ``mod``
+    imports it on first use inside a conversion, and detection reads ``sys.modules`` only. Keep framework
+    knowledge in these two files (tests/test_structure.py checks that nothing else names a framework).
     """
 
-    # --- identity (required: name, module, display, array_type) -----------------------------
-    name: ClassVar[str]  # dlbridge's name for it: to_<name>(), convert(x, "<name>"), the table's consumer
-    module: ClassVar[str]  # what ``import`` loads
+    # --- identity: its registry entry (names, array class, aliases, host), set when the adapter is made --
+    framework: Framework
+    name: str  # framework.name: to_<name>(), convert(x, "<name>"), the table's consumer
+    module: str  # framework.module: what ``import`` loads
+
     display: ClassVar[str]  # how people write it ("PyTorch"): in messages, the report and doctor
-    array_type: ClassVar[tuple[str, str]]  # (module in sys.modules, attribute) of its array class
-    aliases: ClassVar[tuple[str, ...]] = ()  # other names for it, CLI names too ("pytorch", "np")
-    # Other modules that name it as a target (convert(x, "jax.numpy")); unlike aliases, not CLI names.
-    module_aliases: ClassVar[tuple[str, ...]] = ()
-    producer_modules: ClassVar[tuple[str, ...]] = ()  # top-level __module__ names of its arrays
-    to_doc: ClassVar[str] = ""  # what ``to_<name>``'s docstring adds for it (dlbridge/_api.py)
     # The report's, tests' and benchmarks' helpers for it (a Prober subclass; ``adapter.prober``).
     prober_class: ClassVar[type[Prober]]
 
@@ -86,9 +89,6 @@ class Adapter(ABC):
 
     # --- behaviour the conversion reads ---------------------------------------------------------
     device_codes: ClassVar[frozenset[int]] = frozenset({1})  # DLPack device types it can live on
-    # The host framework: CPU arrays any DLPack CPU capsule can land in (staging for copies, and the
-    # report's reference arrays). Exactly one adapter is the host.
-    host: ClassVar[bool] = False
     # What to pass as a producer's __dlpack__(stream=) for "no synchronisation" (DLPack says -1).
     no_sync_stream: ClassVar[int | None] = -1
     # Whether, as a consumer, it reads on the stream the producer was told (False: it imports on a
@@ -103,10 +103,9 @@ class Adapter(ABC):
     # Whether it exports a read-only array's legacy capsule (unflagged: a legacy capsule cannot say
     # read-only) instead of refusing it as NumPy does (JAX): read by ``_handoff.decide``.
     exports_readonly_legacy: ClassVar[bool] = False
-    # Whether capabilities() can change during the process (the fast route then checks it on every call).
-    dynamic_capabilities: ClassVar[bool] = False
 
-    def __init__(self) -> None:
+    def __init__(self, framework: Framework) -> None:
+        self.framework, self.name, self.module = framework, framework.name, framework.module
         cls = type(self)
         missing = [a for a in _REQUIRED if not getattr(cls, a, None)]
         if missing:
@@ -124,8 +123,9 @@ class Adapter(ABC):
     # --- detection (never imports) -----------------------------------------------------
     def array_class(self) -> type | None:
         """The framework's array base class, if the framework is loaded (read from sys.modules)."""
-        mod = sys.modules.get(self.array_type[0])
-        cls = getattr(mod, self.array_type[1], None) if mod is not None else None
+        module, attribute = self.framework.array_type
+        mod = sys.modules.get(module)
+        cls = getattr(mod, attribute, None) if mod is not None else None
         return cls if isinstance(cls, type) else None
 
     def is_array(self, obj: object) -> bool:
@@ -280,45 +280,6 @@ class Adapter(ABC):
             return self._from_dlpack(capsule)
         return self._from_dlpack(Carrier(capsule, device))
 
-    # --- the fast route (see _route.py): how this framework's own arrays are exported and imported
-    # there; None declines, and the full pipeline handles every conversion. --------------------------
-    def fast_export(self, cls: type) -> FastExport | None:
-        """How arrays of exactly type ``cls`` are exported on the fast route: (kind, handle, guards,
-        alias, relabel). kind 0 calls ``x.__dlpack__``, 1 the type's DLPack C exchange API (handle:
-        its capsule), 2 ``handle(x)``, 3 ``x.__dlpack__()`` without ``max_version`` (before DLPack 1.0). Each guard ``(attribute, call, expected)`` must give
-        ``expected`` (by identity), else the pipeline converts ``x``; ``alias`` names a method whose
-        result is exported instead of ``x``; ``relabel`` maps ``x.dtype`` to ``(d, triple)``: export
-        ``x.view(d)`` and write dtype ``code | bits << 8 | lanes << 16`` into its capsule (dtypes the
-        framework holds but cannot export). None: arrays of ``cls`` always take the pipeline."""
-        return (0, None, (), None, None) if cls is self.array_class() else None
-
-    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        """The guards under which an array of exactly type ``cls`` on a GPU takes the fast route's GPU
-        half (``_route_gpu``): each ``(attribute, call, expected)`` as in ``fast_export``, checked before
-        anything is exported; the export itself is ``export()`` with the consumer's stream, inside
-        ``on_device()``. None: GPU arrays of ``cls`` always take the pipeline."""
-        return None
-
-    def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
-        """How the fast route hands a capsule to this framework: (kind, importer, exchange API
-        capsule). kind 0 calls ``importer(capsule)``, 1 ``importer(carrier)``, 2 imports through the
-        exchange API (``importer(capsule)`` where it is not compiled). None: never on the fast route."""
-        if caps.readonly_imports:  # its imports need writable() afterwards: the pipeline does that
-            return None
-        return (0 if caps.takes_raw_capsules else 1, self._from_dlpack, None)
-
-    def fast_self_import(self) -> tuple[type, Any] | None:
-        """(array type, f): the fast route returns ``f(x)`` for ``x`` of exactly that type, this
-        framework's own array, without any capsule: what its ``from_dlpack`` would return (a new
-        array object over the same memory, same dtype), where ``f`` is cheaper. Only for the dtypes
-        the pipeline converted that way before (the route learns them one by one), so dtypes the
-        pipeline refuses are refused however warm the route is."""
-        return None
-
-    def import_alignment(self, caps: Capabilities) -> int:
-        """The data alignment (bytes) below which the fast route leaves an import to the pipeline."""
-        return 1
-
     def readonly_alias(self, arr: Any) -> Any | None:
         """A read-only ``arr`` handed to its own framework as a read-only alias, where DLPack cannot
         carry it (NumPy < 2.1); None: go through DLPack."""
@@ -332,10 +293,6 @@ class Adapter(ABC):
     @abstractmethod
     def view(self, arr: Any, dtype: str) -> Any:
         """Zero-copy reinterpretation of ``arr`` as ``dtype`` (a dlbridge dtype name, same itemsize)."""
-
-    def viewer(self, dtype: str) -> Any:
-        """``view(_, dtype)`` as a one-argument callable (the fast route's reinterpret step)."""
-        return lambda arr: self.view(arr, dtype)
 
     @abstractmethod
     def data_ptr(self, arr: Any) -> int:

@@ -3,8 +3,12 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from .._capsule._edit import relabel
+from .._capsule._probe import probe
+from .._dtypes import BY_NAME
 from .._errors import UnsupportedDtypeError
-from ._base import Adapter, FastExport, Prober, export_capsule
+from ._base import Adapter, Prober, export_capsule
+from ._fast import FastExport, FastRoute, GpuExport
 from ._numpy import numpy_dtype, raw_bits
 
 
@@ -44,15 +48,10 @@ class CupyProber(Prober):
         return name.decode() if isinstance(name, bytes) else str(name)
 
 
-class CupyAdapter(Adapter):
-    name = "cupy"
-    module = "cupy"
-    array_type = ("cupy", "ndarray")
-    producer_modules = ("cupy", "cupy_backends")
+class CupyAdapter(FastRoute, Adapter):
     device_codes = frozenset({2, 13})
     display = "CuPy"
     prober_class = CupyProber
-    to_doc = 'CPU sources need ``device="cuda"`` or ``copy=True``.'
     # cupy-cuda12x and friends are found through importlib.metadata.packages_distributions().
     distributions = ("cupy",)
     extra = "cupy"
@@ -61,10 +60,35 @@ class CupyAdapter(Adapter):
     def fast_export(self, cls: type) -> FastExport | None:
         return None  # CuPy arrays live on the GPU and the route replays CPU memory only: never exported there
 
-    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        # Its own ndarray (not a subclass, which may override __dlpack__): every state exports, and
-        # the dtypes it cannot export are refused by export() before CuPy is asked.
-        return () if cls is self.array_class() else None
+    def fast_gpu_export(self, cls: type) -> GpuExport | None:
+        # Its own ndarray (not a subclass, which may override __dlpack__): every state exports, and the
+        # dtypes it cannot export are refused by CuPy (a decline: the pipeline says why). Handed the
+        # consumer's stream, CuPy makes it wait itself, recording its event on the *current* device's
+        # stream (cupy/_core/core.pyx __dlpack__): the route takes arrays on the current device only.
+        if cls is not self.array_class():
+            return None
+        kind = 0 if self.caps.versioned_capsules else 3  # CuPy < 14's __dlpack__ takes no max_version
+        return GpuExport(
+            (),
+            "__dlpack_device__",
+            0,
+            kind,
+            current_device=self.mod.cuda.runtime.getDevice,
+            relabels=self._float_relabels,
+        )
+
+    @property
+    def _float_relabels(self) -> dict[Any, tuple[None, int]] | None:
+        """The dtypes CuPy labels kDLFloat of their width (exports_as_float: e5m2, kind 'f'), and the dtype
+        triple their capsule gets (what export() does: the array's own dtype says which one)."""
+        found = {numpy_dtype(name): (None, d.code | d.bits << 8 | d.lanes << 16)
+                 for name in self.caps.exports_as_float if (d := BY_NAME.get(name)) is not None}  # fmt: skip
+        return found or None
+
+    def fast_stream_query(self) -> Any:
+        cuda = self.mod.cuda
+        # get_current_stream(device_id): no device switch (CuPy >= 11); its .ptr is the handle
+        return (cuda.get_current_stream, "ptr") if int(self.version.split(".")[0]) >= 11 else None
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         # CuPy views any NumPy dtype (float8 from ml_dtypes included) but exports only its own and
@@ -72,15 +96,29 @@ class CupyAdapter(Adapter):
         cannot = self.caps.cannot_export
         name = getattr(obj.dtype, "name", "")
         if cannot and name in cannot:
+            bits = f"x.view(cupy.uint{obj.dtype.itemsize * 8})" + (
+                ", or x.view(cupy.uint8)" if obj.dtype.itemsize > 1 else ""
+            )
             raise UnsupportedDtypeError(
                 f"CuPy {self.version} cannot export {name} arrays through DLPack (it holds them only as a view "
-                f"of other bits); hand over its bits: x.view(cupy.uint{obj.dtype.itemsize * 8}), or x.view(cupy.uint8)"
+                f"of other bits); hand over its bits: {bits}"
             )
-        return export_capsule(obj, stream=stream, max_version=max_version)
+        capsule = export_capsule(obj, stream=stream, max_version=max_version)
+        true = BY_NAME.get(name)
+        if true is not None and true.code != 2:
+            # CuPy labels a capsule by the dtype's NumPy kind (dlpack.pyx v14.2.0 lines 75-97): ml_dtypes gives
+            # float8_e5m2 kind 'f', so its capsule says kDLFloat with 8 bits, which no consumer reads right
+            # (capability row exports_as_float). The array's own dtype says which one: relabelled, zero-copy.
+            raw = probe(capsule)
+            if raw is not None and (raw[8], raw[9], raw[10]) == (2, true.bits, true.lanes):
+                relabel(capsule, true)
+        return capsule
 
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.cuda.runtime.getDeviceCount() > 0)
+        except MemoryError:
+            raise
         except Exception:  # no driver, no device, or CuPy not importable
             return False
 

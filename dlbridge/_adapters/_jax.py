@@ -9,7 +9,8 @@ from .._capsule._edit import relabel
 from .._capsule._read import GPU_CODES
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, FastExport, Prober, export_capsule
+from ._base import Adapter, Prober, export_capsule
+from ._fast import FastExport, FastRoute, GpuExport
 
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
 
@@ -48,12 +49,7 @@ class JaxProber(Prober):
         return str(self.mod.devices("gpu")[0].device_kind)
 
 
-class JaxAdapter(Adapter):
-    name = "jax"
-    module = "jax"
-    array_type = ("jax", "Array")
-    producer_modules = ("jax", "jaxlib")
-    module_aliases = ("jax.numpy",)
+class JaxAdapter(FastRoute, Adapter):
     device_codes = frozenset({1, 2, 10})
     display = "JAX"
     prober_class = JaxProber
@@ -83,8 +79,6 @@ class JaxAdapter(Adapter):
 
         return jax.dlpack
 
-    dynamic_capabilities = True  # jax_enable_x64 can be switched at run time
-
     def _plain_export(self, cls: type) -> bool:
         # The concrete array class (jaxlib's ArrayImpl), not tracers; and only where JAX's own
         # export needs no correction (cannot_export / exports_uint8 rows).
@@ -93,10 +87,12 @@ class JaxAdapter(Adapter):
             return False
         return not (self.caps.cannot_export or self.caps.exports_uint8)
 
-    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        # A sharded array has no one device: its export fails (device_of names its first shard's, so that
-        # the pipeline can say what to do), which declines it with nothing exported.
-        return () if self._plain_export(cls) else None
+    def fast_gpu_export(self, cls: type) -> GpuExport | None:
+        # Where its arrays may be on a GPU the route asks each one's device (__dlpack_device__: the
+        # device's local_hardware_id, jax/_src/array.py) and hands its __dlpack__ the consumer's stream:
+        # JAX makes that stream wait itself. A sharded array has no one device: its __dlpack_device__
+        # raises, which declines it with nothing exported (the pipeline says what to do).
+        return GpuExport((), "__dlpack_device__", 0, 0) if self._plain_export(cls) else None
 
     def fast_export(self, cls: type) -> FastExport | None:
         if not self._plain_export(cls):
@@ -111,6 +107,9 @@ class JaxAdapter(Adapter):
     def import_alignment(self, caps: Capabilities) -> int:
         # Older JAX crashes copying an unaligned CPU buffer; the pipeline copies through the host.
         return 64 if caps.copy_crashes_unaligned else 1
+
+    def caps_switch(self) -> tuple[Any, str] | None:
+        return (self.mod.config, "jax_enable_x64")  # it can be switched at run time: see capabilities()
 
     def capabilities(self) -> Capabilities:
         caps = self.caps
@@ -151,6 +150,8 @@ class JaxAdapter(Adapter):
         """How many devices ``obj``'s sharding spans (0: not a concrete array with a sharding)."""
         try:
             return len(obj.sharding.device_set)
+        except MemoryError:
+            raise
         except Exception:  # a tracer, a deleted array, ...: not a sharding question
             return 0
 
@@ -191,6 +192,8 @@ class JaxAdapter(Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.devices("gpu"))
+        except MemoryError:
+            raise
         except Exception:  # RuntimeError: no GPU backend
             return False
 

@@ -18,6 +18,7 @@ from typing import Any
 from .._capsule._read import read
 from .._errors import MissingFrameworkError
 from ._base import Adapter, Prober
+from ._fast import FastRoute
 
 # dlbridge's dtype names that MLX spells otherwise.
 _MLX_NAMES = {"bool": "bool_"}
@@ -63,12 +64,7 @@ class MlxProber(Prober):
         return self.host_bytes(arr).view(numpy_dtype(self.dtype_str(arr))).reshape(tuple(arr.shape))
 
 
-class MlxAdapter(Adapter):
-    name = "mlx"
-    module = "mlx.core"
-    aliases = ("mlx",)
-    array_type = ("mlx.core", "array")
-    producer_modules = ("mlx",)
+class MlxAdapter(FastRoute, Adapter):
     device_codes = frozenset({1})
     prober_class = MlxProber
     display = "MLX"

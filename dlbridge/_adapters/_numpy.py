@@ -7,11 +7,12 @@ from operator import methodcaller
 from typing import Any
 
 from .._capabilities import Capabilities, installed_version
-from .._capsule._edit import relabel
+from .._capsule._edit import mark_padded, relabel
 from .._capsule._read import read
-from .._dtypes import BY_NAME
-from .._errors import MissingFrameworkError, ProducerError, UnsupportedDtypeError
-from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
+from .._dtypes import BY_NAME, lookup
+from .._errors import MissingFrameworkError, OptionError, ProducerError, UnsupportedDtypeError
+from ._base import Adapter, AsIs, Prober, export_capsule
+from ._fast import FastExport, FastRoute
 from ._support import StandIn
 
 _ALIGN = 64
@@ -105,21 +106,14 @@ class NumpyProber(Prober):
         return self.mod.array(arr, copy=True)
 
 
-class NumpyAdapter(Adapter):
-    name = "numpy"
-    module = "numpy"
-    aliases = ("np",)
-    array_type = ("numpy", "ndarray")
-    producer_modules = ("numpy",)
+class NumpyAdapter(FastRoute, Adapter):
     device_codes = frozenset({1})
     display = "NumPy"
     prober_class = NumpyProber
-    to_doc = "bf16/fp8 arrive as ml_dtypes arrays sharing the memory."
     distributions = ("numpy",)
     companions = ("ml_dtypes",)  # bf16/fp8 NumPy dtypes
     extra = "numpy"
     producer_devices = ("cpu",)
-    host = True
     wrap_call = "numpy.asarray"
     dtype_addon = "ml_dtypes"
     readonly_imports_note = (
@@ -133,7 +127,7 @@ class NumpyAdapter(Adapter):
     _native: frozenset[str] = frozenset()  # kinds found registered (the registry only grows)
     _probed = False  # every kind asked once: later registrations are seen after register_numpy_dtypes()
     _native_caps: tuple[Capabilities, frozenset[str], Capabilities] | None = None
-    # dynamic_capabilities stays False: a route built before a registration keeps relabelling uints,
+    # caps_switch stays None: a route built before a registration keeps relabelling uints,
     # which gives the same array (values, dtype, memory) as NumPy's own import and export.
 
     @cached_property
@@ -236,10 +230,14 @@ class NumpyAdapter(Adapter):
 
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
-        if obj.dtype.name == "float4_e2m1fn" and obj.dtype.type.__module__ == "ml_dtypes" and dtype is None:
-            from .._pipeline._subbyte import padded_export  # one value a byte, which NumPy cannot export
-
-            return padded_export(obj)  # its bytes, labelled fp4 and flagged padded: dlbridge repacks them
+        if obj.dtype.name == "float4_e2m1fn" and obj.dtype.type.__module__ == "ml_dtypes":
+            if dtype is not None and lookup(dtype) != BY_NAME["float4_e2m1fn"]:
+                raise _fp4_reinterpret_error(obj, dtype, target)
+            # One value a byte, which NumPy cannot export: its bytes, versioned whatever the consumer reads,
+            # labelled fp4 and flagged padded (the pipeline's fp4 plan reads the flag and repacks them).
+            capsule = export_capsule(obj.view(self.mod.uint8), stream=None, max_version=(1, 3))
+            mark_padded(capsule, BY_NAME["float4_e2m1fn"])
+            return capsule
         if obj.dtype.isnative and not _odd_strides(obj):
             return super().export_failed(obj, stream=stream, max_version=max_version, copy=copy, target=target,
                                          dtype=dtype)  # fmt: skip
@@ -314,7 +312,7 @@ class NumpyAdapter(Adapter):
 
     @cached_property
     def _masked(self) -> Adapter:
-        return _MaskedArrays()
+        return _MaskedArrays(self.framework)
 
     def readonly_alias(self, arr: Any) -> Any | None:
         return None if arr.flags.writeable else arr.view()  # same memory, read-only, as NumPy >= 2.1 gives
@@ -373,3 +371,18 @@ class _MaskedArrays(NumpyAdapter):
             "carries only the data, masked entries included. Pass x.filled(value) to replace the masked "
             "entries, or x.data for the raw data with the mask dropped on purpose (and x.mask separately)"
         )
+
+
+def _fp4_reinterpret_error(obj: Any, dtype: Any, target: Adapter | None) -> OptionError:
+    """``dtype=`` over an ml_dtypes float4_e2m1fn array: one 4-bit value a byte, no same-width dtype to
+    relabel (NumPy itself refuses to export it: "DLPack only supports signed/unsigned integers, ...")."""
+    where = f"to_{target.name}(): " if target is not None else ""
+    found = lookup(dtype)
+    named = [name for name, d in BY_NAME.items() if d == found][:1] if found is not None else []
+    shown = dtype if isinstance(dtype, str) else named[0] if named else str(dtype)
+    pairs = " (torch gets float4_e2m1fn_x2 pairs)" if target is not None and target.name == "torch" else ""
+    return OptionError(
+        f"{where}dtype={shown!r} cannot reinterpret a NumPy float4_e2m1fn array (shape {list(obj.shape)}): ml_dtypes "
+        "keeps one 4-bit value in the low half of each byte, and no dtype of that width relabels such memory. Drop "
+        f"dtype= to convert the values{pairs}, or pass x.view(np.uint8) for the 4-bit codes, one a byte (zero-copy)"
+    )

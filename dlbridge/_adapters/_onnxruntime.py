@@ -1,11 +1,13 @@
 """ONNX Runtime: ``onnxruntime.OrtValue`` in and out through ``__dlpack__`` / ``OrtValue.from_dlpack``.
 
-OrtValue gained DLPack in ONNX Runtime 1.31 (``__dlpack__``, ``__dlpack_device__``, the class
-method ``from_dlpack``). Its ``__dlpack__`` takes no ``max_version`` and makes legacy capsules
-only; ``from_dlpack`` takes a bare 'dltensor' capsule and refuses every layout but dense
-row-major ("ORT only supports contiguous tensor", onnxruntime/core/dlpack/dlpack_converter.cc).
-OrtValues are always dense and have no read-only state and no array operations: copies and
-reinterpretations go through NumPy over their bytes (probe 2026-11-25, onnxruntime 1.32.0).
+The public OrtValue gained DLPack in ONNX Runtime 1.26 (``__dlpack__``, ``__dlpack_device__``, the
+class method ``from_dlpack``; microsoft/onnxruntime PR #27980). Its ``__dlpack__`` takes no
+``max_version`` and makes legacy capsules only; ``from_dlpack`` takes a bare 'dltensor' capsule and
+refuses every layout but dense row-major ("ORT only supports contiguous tensor",
+onnxruntime/core/dlpack/dlpack_converter.cc). Until 1.31.x its converter labels a bool OrtValue's
+capsule uint8 (relabelled here, zero-copy) and cannot export or import float8 (refused here, naming
+the upgrade). OrtValues are always dense and have no read-only state and no array operations:
+copies and reinterpretations go through NumPy over their bytes (probe 2026-11-25, onnxruntime 1.32.0).
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from .._capabilities import Capabilities
-from .._errors import DLBridgeError, ProducerError
-from ._base import Adapter, FastExport, Prober
+from .._capabilities import Capabilities, imports_from
+from .._capsule._edit import relabel
+from .._capsule._read import read
+from .._dtypes import BY_NAME
+from .._errors import DLBridgeError, ProducerError, UnsupportedDtypeError
+from ._base import Adapter, Prober
+from ._fast import FastExport, FastRoute
 
 # ONNX TensorProto.DataType numbers and OrtValue.data_type() names of the dtypes dlbridge knows
 # (onnx/onnx.proto; onnxruntime/python/onnxruntime_pybind_mlvalue.cc).
@@ -34,6 +40,17 @@ _BY_ORT_NAME = {f"tensor({ort})": name for name, (_, ort) in _ONNX_TYPES.items()
 def _export(obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
     # OrtValue.__dlpack__(*, stream=None) takes no max_version: always a legacy capsule.
     return obj.__dlpack__() if stream is None else obj.__dlpack__(stream=stream)
+
+
+def _dtype_of(obj: Any) -> str | None:
+    """dlbridge's name for an OrtValue's element type; None where it has none dlbridge knows (or none
+    at all: a sequence or map, which its export then refuses, see ``state_error``)."""
+    try:
+        return _BY_ORT_NAME.get(str(obj.data_type()))
+    except MemoryError:
+        raise
+    except Exception:
+        return None
 
 
 class OnnxruntimeProber(Prober):
@@ -59,7 +76,18 @@ class OnnxruntimeProber(Prober):
         return _BY_ORT_NAME.get(kind, kind)
 
     def host_bytes(self, arr: Any) -> Any:
+        self._check_host(arr)
         return self.adapter._bytes(arr).copy()
+
+    def _check_host(self, arr: Any) -> None:
+        """Refuse to read an OrtValue whose memory is not the host's: the CPU build's from_dlpack takes a
+        kDLCUDA capsule and makes an OrtValue that says "cuda" (see the rows), whose address ctypes must
+        never read (the report's probe of one killed the process, H100 run 2026-11-27)."""
+        where = str(arr.device_name()).lower()
+        if where != "cpu":
+            build = self.mod.get_device()  # "CPU" for the CPU build (onnxruntime_pybind_state.cc get_device)
+            raise ValueError(f"the OrtValue says it is on {where} ({self.adapter.display} {self.adapter.version}, "
+                             f"{build} build): its memory is not the host's, so it is not read")  # fmt: skip
 
     def to_host(self, arr: Any) -> Any:
         from ._numpy import numpy_dtype
@@ -67,30 +95,64 @@ class OnnxruntimeProber(Prober):
         return self.host_bytes(arr).view(numpy_dtype(self.dtype_str(arr))).reshape(tuple(arr.shape()))
 
 
-class OnnxruntimeAdapter(Adapter):
-    name = "onnxruntime"
-    module = "onnxruntime"
-    aliases = ("ort",)
+class OnnxruntimeAdapter(FastRoute, Adapter):
     prober_class = OnnxruntimeProber
     display = "ONNX Runtime"
     distributions = ("onnxruntime", "onnxruntime-gpu")
     extra = "onnxruntime"
-    array_type = ("onnxruntime", "OrtValue")
-    producer_modules = ("onnxruntime",)
     # The CPU build only: CUDA OrtValues (onnxruntime-gpu) are not probed; they arrive by copy.
     device_codes = frozenset({1})
     no_sync_stream = None
     wrap_call = "onnxruntime.OrtValue.ortvalue_from_numpy"
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
-        return _export(obj, stream=stream, max_version=max_version)
+        caps = self.caps
+        if not (caps.cannot_export or caps.exports_uint8):  # 1.32 and newer: its capsules say the truth
+            return _export(obj, stream=stream, max_version=max_version)
+        name = _dtype_of(obj)
+        if name in caps.cannot_export:  # before 1.32: "Unexpected data type of 17" (capability row)
+            raise UnsupportedDtypeError(
+                f"ONNX Runtime {self.version} cannot export {name} OrtValues through DLPack (its converter knows "
+                f'no float8 before 1.32); upgrade it (pip install -U "onnxruntime>=1.32"), or hand over its bits: '
+                "the NumPy uint8 array it was made from (ortvalue_from_numpy_with_onnx_type shares it), with "
+                f'dtype="{name}" to relabel them zero-copy'
+            )
+        capsule = _export(obj, stream=stream, max_version=max_version)
+        if name in caps.exports_uint8:  # before 1.32 a bool OrtValue's capsule says uint8: relabelled, zero-copy
+            true, said = BY_NAME[name], read(capsule)
+            if (said.code, said.bits, said.lanes) == (1, true.bits, true.lanes):
+                relabel(capsule, true)
+        return capsule
+
+    def _route_export(self, obj: Any) -> Any:
+        return self.export(obj, stream=None, max_version=None)
 
     def fast_export(self, cls: type) -> FastExport | None:
-        return (3, None, (), None, None) if cls is self.array_class() else None
+        if cls is not self.array_class():
+            return None
+        if self.caps.cannot_export or self.caps.exports_uint8:
+            # Before 1.32 its own capsules mislabel bool: the route exports through export() (kind 2), which
+            # relabels them, and never replays OrtValue.__dlpack__'s capsule as it is.
+            return (2, self._route_export, (), None, None)
+        return (3, None, (), None, None)
+
+    def hint(self, dtype: str) -> str | None:
+        since = imports_from(self.name, self.version, dtype)
+        if since is None:
+            return None
+        return f'ONNX Runtime imports {dtype} from {since} on: pip install -U "onnxruntime>={since}".'
 
     def state_error(self, obj: Any) -> DLBridgeError | None:
+        if not hasattr(type(obj), "__dlpack__"):  # before 1.26 (its rows): the public OrtValue has no DLPack
+            return ProducerError(
+                f"ONNX Runtime {self.version}'s OrtValue has no DLPack export (OrtValue.__dlpack__ is in 1.26 and "
+                'newer): upgrade it (pip install -U "onnxruntime>=1.26"), or pass x.numpy() (a NumPy array over its '
+                "memory)"
+            )
         try:
             tensor = bool(obj.is_tensor()) and not bool(obj.is_sparse_tensor())
+        except MemoryError:
+            raise
         except Exception:
             return None
         if tensor:

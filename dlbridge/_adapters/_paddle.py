@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import ProducerError
-from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
+from ._base import Adapter, AsIs, Prober, export_capsule
+from ._fast import FastExport, FastRoute
 
 _GRAD = "paddle tensor requires grad"
 
@@ -27,6 +28,8 @@ class PaddleProber(Prober):
     def gpu_name(self) -> str | None:
         try:
             return str(self.mod.device.cuda.get_device_name(0)) if self.adapter.has_cuda() else None
+        except MemoryError:
+            raise
         except Exception:
             return None
 
@@ -61,16 +64,10 @@ class PaddleProber(Prober):
         return self.host_bytes(arr).view(numpy_dtype(self.dtype_str(arr))).reshape(tuple(arr.shape))
 
 
-class PaddleAdapter(Adapter):
-    name = "paddle"
-    module = "paddle"
-    aliases = ("paddlepaddle",)
-    array_type = ("paddle", "Tensor")
-    producer_modules = ("paddle",)
+class PaddleAdapter(FastRoute, Adapter):
     device_codes = frozenset({1, 2})
     display = "PaddlePaddle"
     prober_class = PaddleProber
-    to_doc = "Raises MissingFrameworkError instead of importing paddle after tensorflow (that crashes the process)."
     distributions = ("paddlepaddle", "paddlepaddle-gpu")
     extra = "paddle"
     producer_devices = ("cpu", "cuda")
@@ -117,6 +114,8 @@ class PaddleAdapter(Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.device.is_compiled_with_cuda() and self.mod.device.cuda.device_count() > 0)
+        except MemoryError:
+            raise
         except Exception:
             return False
 

@@ -1,6 +1,7 @@
 """The prober interface: how the report, the tests and the benchmarks make and read one framework's
 arrays. No conversion calls it; each adapter names its prober class (``Adapter.prober_class``) and
-hands out one instance as ``adapter.prober``.
+hands out one instance as ``adapter.prober``. It reads its adapter through ``Probed`` (what it needs of
+one), so that this module and the adapter's (``_base``) do not import each other.
 
 A framework's prober lives in its adapter file, next to the adapter. It must say how to make an
 array from a NumPy reference (``make_array``) and how to read one back (``host_bytes``,
@@ -10,21 +11,32 @@ array from a NumPy reference (``make_array``) and how to read one back (``host_b
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from ._base import Adapter
+__all__ = ["Prober", "Probed"]
 
-__all__ = ["Prober"]
+
+class Probed(Protocol):
+    """What a prober reads of its adapter (an ``Adapter``; a framework's prober may name its own class)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def display(self) -> str: ...
+    @property
+    def mod(self) -> Any: ...
+    @property
+    def version(self) -> str: ...
+    def has_cuda(self) -> bool: ...
 
 
 class Prober(ABC):
     """The report's, tests' and benchmarks' helpers for one framework (off the conversion path;
     they import the framework, and NumPy where they say so)."""
 
-    adapter: Adapter
+    adapter: Probed
 
-    def __init__(self, adapter: Adapter) -> None:
+    def __init__(self, adapter: Probed) -> None:
         self.adapter = adapter
 
     @property
@@ -40,13 +52,11 @@ class Prober(ABC):
         ``ref`` is a NumPy array (ml_dtypes for bf16/fp8). Raises when the framework cannot make it.
         """
 
-    def make_from_bits(self, data: bytes, dtype: str, shape: tuple[int, ...], device: str) -> Any:
-        """Like ``make_array``, from raw C-order element bytes (what the report's worker uses, so that
-        a framework that can build arrays without NumPy is probed on a machine without NumPy)."""
-        from . import HOST
-
-        ref = HOST.mod.frombuffer(data, dtype="u1").view(HOST.prober.dtype_for(dtype)).reshape(shape)
-        return self.make_array(ref, device)
+    def make_from_bits(self, data: bytes, dtype: str, shape: tuple[int, ...], device: str) -> Any | None:
+        """Like ``make_array``, from raw C-order element bytes, where the framework can build an array
+        without NumPy (so that it is probed on a machine without NumPy); None: the report's worker makes
+        the reference array with the host framework and calls ``make_array``."""
+        return None
 
     def transpose(self, arr: Any) -> Any | None:
         """A transposed view of the 2-D ``arr`` sharing its memory (strides swapped); None where

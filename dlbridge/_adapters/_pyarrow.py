@@ -8,6 +8,11 @@ a NumPy copy). ``pyarrow.Tensor`` refuses legacy export itself when it is immuta
 DLPack support is not implemented for immutable tensors"). ``__dlpack__`` refuses arrays with
 nulls, bit-packed booleans and non-numeric types; ``ChunkedArray`` has none (probe 2026-11-25,
 pyarrow 26.0.1). dlbridge does not convert into pyarrow (no ``to_pyarrow``).
+
+pyarrow before 26 (below dlbridge's floor) makes legacy capsules only: its ``__dlpack__`` takes no
+``max_version``, and an immutable Tensor's capsule has a NULL data pointer (capability row
+``exports_legacy_only``). Such arrays cannot say they are read-only, so every immutable one is
+refused as read-only before pyarrow is asked (``ReadOnlyError`` naming the upgrade, or ``copy=True``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 
 from .._capsule._read import read
 from .._errors import DLBridgeError, NotAnArrayError, ProducerError
-from ._base import Adapter, FastExport, Prober, export_capsule
+from ._base import Adapter, Prober, export_capsule
 
 _READ_ONLY = "read-only: Arrow arrays are immutable, and a legacy DLPack capsule cannot say so"
 
@@ -40,7 +45,17 @@ class PyarrowProber(Prober):
     def dtype_str(self, arr: Any) -> str:
         import numpy as np  # an Arrow type's NumPy equivalent names it as dlbridge does
 
-        return str(np.dtype(arr.type.to_pandas_dtype()).name)
+        # (not DataType.to_pandas_dtype: pyarrow 25 needs pandas for it)
+        for name in (
+            "float16",
+            "float32",
+            "float64",
+            "bool",
+            *(f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64)),
+        ):
+            if arr.type == self.mod.from_numpy_dtype(np.dtype(name)):
+                return name
+        return str(arr.type)
 
     def host_bytes(self, arr: Any) -> Any:
         import numpy as np
@@ -51,39 +66,41 @@ class PyarrowProber(Prober):
         return arr.to_numpy().copy()
 
 
-class PyarrowAdapter(Adapter):
-    name = "pyarrow"
+class PyarrowAdapter(Adapter):  # no FastRoute: the pipeline reads every capsule's READ_ONLY flag
     prober_class = PyarrowProber
-    module = "pyarrow"
     display = "Apache Arrow"
     distributions = ("pyarrow",)
     extra = "pyarrow"
-    array_type = ("pyarrow", "Array")
-    producer_modules = ("pyarrow",)
     mutable_arrays = False
-    readonly_fix = "pass copy=True (Arrow arrays are immutable: there is no writable one to make)"
     wrap_call = "pyarrow.array"
 
     def is_array(self, obj: object) -> bool:
         mod = self.mod if self.loaded() else None
         return mod is not None and isinstance(obj, (mod.Array, mod.Tensor))
 
+    @property
+    def readonly_fix(self) -> str:  # type: ignore[override]  # the base's constant, by version here
+        fix = "pass copy=True (Arrow arrays are immutable: there is no writable one to make)"
+        if self.loaded() and self.caps.exports_legacy_only:
+            return (f"{fix}, or upgrade pyarrow (pip install -U \"pyarrow>=26\"): pyarrow {self.version} makes "
+                    "legacy capsules only, which cannot say read-only (26 flags them READ_ONLY)")  # fmt: skip
+        return fix
+
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
-        if max_version is None:
-            if not getattr(obj, "is_mutable", False):
-                raise BufferError(f"{_describe(obj)} is {_READ_ONLY}")
+        mutable = bool(getattr(obj, "is_mutable", False))
+        legacy = max_version is None or self.caps.exports_legacy_only  # pyarrow < 26 makes no other capsule
+        if legacy and not mutable:  # (pyarrow < 26: an immutable Tensor's legacy capsule has no data at all)
+            raise BufferError(f"{_describe(obj)} is {_READ_ONLY}")
+        if legacy:
             # A mutable Tensor to a legacy-only consumer: pyarrow warns that legacy capsules are
             # deprecated, which is the consumer's doing, not the caller's.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
                 return export_capsule(obj, stream=stream, max_version=None)
         capsule = export_capsule(obj, stream=stream, max_version=max_version)
-        if not getattr(obj, "is_mutable", False) and not read(capsule).versioned:  # a pyarrow without DLPack 1.0
+        if not mutable and not read(capsule).versioned:  # a pyarrow without DLPack 1.0 the rows do not know
             raise BufferError(f"{_describe(obj)} is {_READ_ONLY}")
         return capsule
-
-    def fast_export(self, cls: type) -> FastExport | None:
-        return None  # the pipeline reads every capsule's READ_ONLY flag
 
     def symbolic_error(self, cls: type) -> DLBridgeError | None:
         fix = {
@@ -135,7 +152,10 @@ class PyarrowAdapter(Adapter):
         return arr if dense else self.copy(arr)
 
     def data_ptr(self, arr: Any) -> int:
-        return read(arr.__dlpack__(max_version=(1, 0))).data_ptr  # freed unconsumed
+        if isinstance(arr, self.mod.Tensor):
+            return int(arr.to_numpy().ctypes.data)  # Tensor.to_numpy is zero-copy (any pyarrow version)
+        # An Array's values buffer plus its slice offset (no capsule: pyarrow < 26 exports legacy ones only)
+        return int(arr.buffers()[1].address) + int(arr.offset) * int(arr.type.bit_width) // 8
 
     def to_device(self, arr: Any, device: tuple[int, int]) -> Any:
         return self.copy(arr)  # CPU only

@@ -9,14 +9,26 @@ import importlib.util
 import sys
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._errors import MissingFrameworkError
 
 __all__ = ["AsIs", "StandIn", "FastExport", "export_capsule", "findable", "distribution_version", "import_framework"]
 
 # What Adapter.fast_export returns: (kind, handle, guards, alias, relabel).
-FastExport = tuple[int, Any, tuple[tuple[str, bool, Any], ...], "str | None", "dict[Any, tuple[Any, int]] | None"]
+FastExport = tuple[int, Any, tuple[tuple[Any, bool, Any], ...], "str | None", "dict[Any, tuple[Any, int]] | None"]
+
+
+class GpuExport(NamedTuple):
+    """How an array of one exact type on a GPU takes the fast route's GPU half (``Adapter.fast_gpu_export``)."""
+
+    guards: tuple[tuple[Any, bool, Any], ...]  # as FastExport's, checked before anything is exported
+    device_method: str  # x.<device_method>() says where x is: (type, id), or the id of ...
+    device_type: int  # ... this device type (0: the method gives the type too)
+    kind: int  # 1: the DLPack C exchange API (no synchronisation), 0: __dlpack__(stream=, max_version=), 3: without max_version
+    alias: str | None = None  # a method whose result is exported instead of x (where there is no CPU entry)
+    current_device: Any = None  # current_device() -> id where the producer's handshake needs x's device current
+    relabels: Any = None  # dtype -> (None, triple): its capsule labels the dtype wrongly; the route writes triple
 
 
 class AsIs(Exception):  # a signal, caught in _convert

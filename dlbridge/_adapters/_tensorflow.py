@@ -15,7 +15,8 @@ from .._capabilities import Capabilities
 from .._capsule._read import DLPackInfo, read
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError
-from ._base import Adapter, FastExport, Prober
+from ._base import Adapter, Prober
+from ._fast import FastExport, FastRoute
 
 # TF imports a CPU buffer at any address without copying, but its kernels CHECK that data is
 # aligned to EIGEN_MAX_ALIGN_BYTES and abort the process otherwise ("Check failed: IsAligned()",
@@ -42,7 +43,8 @@ def _aligned_copy(info: DLPackInfo) -> Any:
 
     import numpy as np
 
-    from ._numpy import NumpyAdapter, numpy_dtype
+    from . import HOST  # the table's NumPy adapter (its ml_dtypes relabels and registry state are cached)
+    from ._numpy import numpy_dtype
 
     dtype = numpy_dtype(info.dtype)
     nbytes = info.size * dtype.itemsize
@@ -50,7 +52,7 @@ def _aligned_copy(info: DLPackInfo) -> Any:
     start = -raw.ctypes.data % _ALIGN
     dense = raw[start : start + nbytes].view(dtype).reshape(info.shape)
     ctypes.memmove(dense.ctypes.data, info.data_ptr, nbytes)  # dense row-major: one span
-    return NumpyAdapter().export(dense, stream=None, max_version=None)  # relabels bf16 (ml_dtypes)
+    return HOST.export(dense, stream=None, max_version=None)  # relabels bf16 (ml_dtypes)
 
 
 class TensorflowProber(Prober):
@@ -69,6 +71,8 @@ class TensorflowProber(Prober):
         try:
             gpus = self.mod.config.list_physical_devices("GPU")
             return str(self.mod.config.experimental.get_device_details(gpus[0])["device_name"]) if gpus else None
+        except MemoryError:
+            raise
         except Exception:
             return None
 
@@ -91,18 +95,12 @@ class TensorflowProber(Prober):
         return np.ascontiguousarray(self.to_host(arr)).reshape(-1).view(np.uint8)
 
 
-class TensorflowAdapter(Adapter):
-    name = "tensorflow"
-    module = "tensorflow"
-    aliases = ("tf",)
-    array_type = ("tensorflow", "Tensor")
-    producer_modules = ("tensorflow",)
+class TensorflowAdapter(FastRoute, Adapter):
     device_codes = frozenset({1, 2})
     no_sync_stream = None  # EagerTensor.__dlpack__ raises on any stream but None
     honours_stream = False  # from_dlpack takes no stream: TF reads on its own
     display = "TensorFlow"
     prober_class = TensorflowProber
-    to_doc = "TensorFlow takes only dense row-major layouts, so others are copied densely first."
     distributions = ("tensorflow", "tensorflow-cpu")
     extra = "tensorflow"
     producer_devices = ("cpu", "cuda")
@@ -131,6 +129,8 @@ class TensorflowAdapter(Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.config.list_physical_devices("GPU"))
+        except MemoryError:
+            raise
         except Exception:
             return False
 

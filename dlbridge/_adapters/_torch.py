@@ -10,7 +10,8 @@ from .._capabilities import Capabilities
 from .._capsule._exchange import current_work_stream, is_exchange_api
 from .._capsule._read import GPU_CODES, device_name
 from .._errors import DLBridgeError, ProducerError
-from ._base import Adapter, AsIs, FastExport, Prober, export_capsule
+from ._base import Adapter, AsIs, Prober, export_capsule
+from ._fast import FastExport, FastRoute, GpuExport
 from ._support import StandIn
 from ._numpy import aligned_copy, raw_bits
 
@@ -92,12 +93,7 @@ class TorchProber(Prober):
         return str(self.mod.cuda.get_device_name(0))
 
 
-class TorchAdapter(Adapter):
-    name = "torch"
-    module = "torch"
-    aliases = ("pytorch",)
-    array_type = ("torch", "Tensor")
-    producer_modules = ("torch",)
+class TorchAdapter(FastRoute, Adapter):
     device_codes = frozenset({1, 2, 10})
     display = "PyTorch"
     prober_class = TorchProber
@@ -109,6 +105,8 @@ class TorchAdapter(Adapter):
         # Refused like torch's own refusals (autograd, conjugate bit): export_failed resolves it.
         if obj.is_neg():
             raise BufferError(_NEG_BIT)
+        if obj._is_zerotensor() or self.mod._is_functional_tensor(obj):  # torch exports them with a NULL data pointer
+            raise self.state_error(obj) or BufferError("no memory")
         if obj.requires_grad:
             return export_capsule(obj, stream=stream, max_version=max_version)  # torch refuses it
         # torch's capsule keeps the exported tensor alive, not its storage: a later x.set_(...) on the
@@ -130,20 +128,31 @@ class TorchAdapter(Adapter):
         # detach(): an alias that holds the storage itself (see export).
         return (1, api, guards, "detach", None) if is_exchange_api(api) else (0, None, guards, "detach", None)
 
-    def fast_gpu_export(self, cls: type) -> tuple[tuple[str, bool, Any], ...] | None:
-        # A GPU tensor is exported by __dlpack__(stream=) (export()): the exchange API exports
-        # without synchronising, and the consumer's stream must wait for torch's. The guards are the
-        # states export() would refuse or correct, and a strided tensor (the route replays dense C
-        # order), so that they are declined before any export.
+    def fast_gpu_export(self, cls: type) -> GpuExport | None:
+        # The exchange API exports without synchronising (dlpack.h): the route uses it where torch's
+        # current stream on the tensor's device is the consumer's, and declines otherwise (the pipeline
+        # calls __dlpack__(stream=), torch's own handshake). The guards are the states export() would
+        # refuse or correct, and a strided tensor (the route replays dense C order), so that they are
+        # declined before any export. get_device(): the CUDA (HIP on ROCm builds) ordinal, in C.
         if cls is not self.mod.Tensor:
             return None
-        return (("is_cuda", False, True), *self._state_guards, ("is_contiguous", True, True))
+        guards = (("is_cuda", False, True), *self._state_guards, ("is_contiguous", True, True))
+        kind = 1 if is_exchange_api(getattr(cls, "__dlpack_c_exchange_api__", None)) else 0
+        cuda = self.mod.cuda  # its handshake (__dlpack__(stream=)) refuses tensors off the current device
+        return GpuExport(guards, "get_device", 10 if self.mod.version.hip else 2, kind, "detach", cuda.current_device)
+
+    def fast_stream_query(self) -> Any:
+        return self._stream_api  # current_work_stream, where torch has CUDA
 
     @cached_property
-    def _state_guards(self) -> tuple[tuple[str, bool, Any], ...]:
-        """The tensor states torch's export refuses or would export wrongly, as route guards."""
-        return (("requires_grad", False, False), ("is_conj", True, False), ("is_neg", True, False),
-                ("layout", False, self.mod.strided))  # fmt: skip
+    def _state_guards(self) -> tuple[tuple[Any, bool, Any], ...]:
+        """The tensor states torch's export refuses or would export wrongly, as route guards; and an active
+        TorchFunctionMode, which the exchange API's export would bypass (torch's Python __dlpack__ and
+        detach() dispatch to it: torch/_tensor.py), as torch._C._is_torch_function_mode_enabled() says."""
+        guards: tuple[tuple[Any, bool, Any], ...] = (("requires_grad", False, False), ("is_conj", True, False),
+                                                     ("is_neg", True, False), ("layout", False, self.mod.strided))  # fmt: skip
+        mode = getattr(self.mod._C, "_is_torch_function_mode_enabled", None)
+        return (*guards, (mode, True, False)) if mode is not None else guards
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         found = super().fast_import(caps)
@@ -158,7 +167,7 @@ class TorchAdapter(Adapter):
 
     @cached_property
     def _fake(self) -> Adapter:
-        return _FakeTensors()
+        return _FakeTensors(self.framework)
 
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
@@ -232,8 +241,21 @@ class TorchAdapter(Adapter):
         functorch = getattr(torch._C, "_functorch", None)
         if functorch is not None and functorch.is_functorch_wrapped_tensor(obj):
             return ProducerError(
-                f"{_describe(obj)} is a value inside a torch.func transform (vmap, grad, ...): a wrapper with "
-                "no memory of its own; convert outside the transform"
+                f"{_describe(obj)} is a value inside a torch.func transform (vmap, grad, functionalize, ...): a wrapper "
+                "with no memory of its own; convert outside the transform"
+            )
+        # Both export with a NULL data pointer (probe 2026-11-27, torch 2.13): no memory to share.
+        if torch._is_functional_tensor(obj):
+            return ProducerError(
+                f"{_describe(obj)} is a functional tensor (inside torch.func.functionalize, or another "
+                "functionalization): a wrapper with no memory of its own; convert outside the transform, where "
+                "its inputs and results are plain tensors"
+            )
+        if obj._is_zerotensor():
+            return ProducerError(
+                f"{_describe(obj)} is an efficient zero tensor (torch._efficientzerotensor, which autograd makes for "
+                "zero gradients): it stands for zeros without any memory to share; pass x.clone() for a tensor of "
+                "zeros with memory"
             )
         return None
 
@@ -248,6 +270,8 @@ class TorchAdapter(Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.cuda.is_available())
+        except MemoryError:
+            raise
         except Exception:
             return False
 
@@ -259,6 +283,8 @@ class TorchAdapter(Adapter):
             return 0
         try:
             return int(self.mod.cuda.device_count())
+        except MemoryError:
+            raise
         except Exception:  # no driver: no device this process can use
             return 0
 
@@ -347,6 +373,8 @@ def _describe(t: Any) -> str:
     dtype = str(t.dtype).removeprefix("torch.")
     try:
         shape = list(t.shape)
+    except MemoryError:
+        raise
     except Exception:  # nested tensors have no single shape
         return f"a torch {dtype} tensor"
     return f"a torch {dtype}{shape} tensor on {t.device}"

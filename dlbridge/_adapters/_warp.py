@@ -19,7 +19,8 @@ from .._capabilities import Capabilities
 from .._capsule._probe import _probe_py
 from .._capsule._read import read
 from .._errors import LayoutError
-from ._base import Adapter, FastExport, Prober
+from ._base import Adapter, Prober
+from ._fast import FastExport, FastRoute
 
 
 def _export(obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
@@ -34,6 +35,8 @@ class WarpProber(Prober):
     def gpu_name(self) -> str | None:
         try:
             return str(self.mod.get_cuda_device(0).name) if self.adapter.has_cuda() else None
+        except MemoryError:
+            raise
         except Exception:
             return None
 
@@ -61,16 +64,11 @@ class WarpProber(Prober):
         return self.host_bytes(arr).view(numpy_dtype(self.dtype_str(arr))).reshape(arr.shape)
 
 
-class WarpAdapter(Adapter):
-    name = "warp"
-    module = "warp"
-    aliases = ("wp", "warp-lang")
+class WarpAdapter(FastRoute, Adapter):
     prober_class = WarpProber
     display = "NVIDIA Warp"
     distributions = ("warp-lang",)
     extra = "warp"
-    array_type = ("warp", "array")
-    producer_modules = ("warp",)
     device_codes = frozenset({1, 2})
     producer_devices = ("cpu", "cuda")
     wrap_call = "warp.array"
@@ -101,6 +99,8 @@ class WarpAdapter(Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.get_cuda_device_count() > 0)
+        except MemoryError:
+            raise
         except Exception:
             return False
 

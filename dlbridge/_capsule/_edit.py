@@ -6,20 +6,12 @@ from __future__ import annotations
 import ctypes
 
 from .._dtypes import DType
-from ._read import (
-    _OFF_VERSIONED_FLAGS,
-    _OFF_VERSIONED_TENSOR,
-    FLAG_READ_ONLY,
-    LEGACY,
-    VERSIONED,
-    _get_name,
-    _get_pointer,
-    _Head,
-    _tensor_address,
-    c_strides,
-)
+from ._abi import FLAG_PADDED, FLAG_READ_ONLY, LEGACY, VERSIONED, _get_name, _get_pointer
+from ._layout import VERSIONED_FLAGS, VERSIONED_TENSOR, DLTensor
+from ._read import c_strides, tensor_address
 
-__all__ = ["relabel", "relabel_device", "set_c_strides", "rewrite", "restore", "relabel_triple", "restore_triple"]
+__all__ = ["relabel", "relabel_device", "set_c_strides", "set_shape", "add_flags", "rewrite", "restore", "relabel_triple",
+           "restore_triple", "mark_padded"]  # fmt: skip
 
 
 def relabel(capsule: object, dtype: DType) -> None:
@@ -27,22 +19,45 @@ def relabel(capsule: object, dtype: DType) -> None:
 
     Only called with a dtype of the same total width, on a capsule nobody has consumed yet.
     """
-    head = _Head.from_address(_tensor_address(capsule))
+    head = DLTensor.from_address(tensor_address(capsule))
     head.code, head.bits, head.lanes = dtype.code, dtype.bits, dtype.lanes
+
+
+def mark_padded(capsule: object, dtype: DType) -> None:
+    """Label an unconsumed capsule of one-value-a-byte sub-byte data (exported as its bytes) ``dtype``,
+    flagged IS_SUBBYTE_TYPE_PADDED where it is versioned (a legacy capsule has no flags), so that its
+    readers know each value fills a byte."""
+    relabel(capsule, dtype)
+    add_flags(capsule, FLAG_PADDED)
 
 
 def relabel_device(capsule: object, device: tuple[int, int]) -> None:
     """Rewrite the capsule's device (pinned host memory -> CPU) before a consumer reads it."""
-    head = _Head.from_address(_tensor_address(capsule))
+    head = DLTensor.from_address(tensor_address(capsule))
     head.device_type, head.device_id = device
 
 
 def set_c_strides(capsule: object, shape: tuple[int, ...]) -> None:
     """Write C-order strides into a capsule whose layout already is C order up to size-1 dimensions
     (whose strides address nothing), for consumers that compare strides literally (JAX < 0.8)."""
-    head = _Head.from_address(_tensor_address(capsule))
+    head = DLTensor.from_address(tensor_address(capsule))
     if head.strides:
         (ctypes.c_int64 * len(shape)).from_address(head.strides)[:] = list(c_strides(shape))
+
+
+def set_shape(capsule: object, shape: tuple[int, ...], strides: tuple[int, ...] | None) -> None:
+    """Write a shape of the same ndim (and strides, where the capsule has them) into an unconsumed capsule."""
+    head = DLTensor.from_address(tensor_address(capsule))
+    (ctypes.c_int64 * len(shape)).from_address(head.shape)[:] = list(shape)
+    if head.strides and strides is not None:
+        (ctypes.c_int64 * len(shape)).from_address(head.strides)[:] = list(strides)
+
+
+def add_flags(capsule: object, flags: int) -> None:
+    """Set DLPack flags on an unconsumed versioned capsule (a legacy one has none: left as it is)."""
+    if _get_name(capsule) == VERSIONED:
+        address = tensor_address(capsule) - VERSIONED_TENSOR + VERSIONED_FLAGS
+        ctypes.c_uint64.from_address(address).value |= flags
 
 
 # What rewrite() changed: (name, DLTensor address, device type, device id, code, bits, lanes, flags).
@@ -54,11 +69,11 @@ def rewrite(capsule: object, dtype: DType | None, device: tuple[int, int] | None
 
     Returns what ``restore`` needs to put the header back if the consumer then refuses it.
     """
-    address = _tensor_address(capsule)
+    address = tensor_address(capsule)
     name = _get_name(capsule)
-    head = _Head.from_address(address)
+    head = DLTensor.from_address(address)
     versioned = name == VERSIONED
-    flags = ctypes.c_uint64.from_address(address - _OFF_VERSIONED_TENSOR + _OFF_VERSIONED_FLAGS) if versioned else None
+    flags = ctypes.c_uint64.from_address(address - VERSIONED_TENSOR + VERSIONED_FLAGS) if versioned else None
     old_flags = flags.value if flags is not None else 0
     saved = (name, address, head.device_type, head.device_id, head.code, head.bits, head.lanes, old_flags)
     if dtype is not None:
@@ -78,19 +93,19 @@ def restore(capsule: object, saved: Saved) -> bool:
     """
     name, address, device_type, device_id, code, bits, lanes, flags = saved
     versioned = name == VERSIONED
-    managed = address - _OFF_VERSIONED_TENSOR if versioned else address
+    managed = address - VERSIONED_TENSOR if versioned else address
     if _get_name(capsule) != name or _get_pointer(capsule, name) != managed:
         return False
-    head = _Head.from_address(address)
+    head = DLTensor.from_address(address)
     head.device_type, head.device_id, head.code, head.bits, head.lanes = device_type, device_id, code, bits, lanes
     if versioned:
-        ctypes.c_uint64.from_address(managed + _OFF_VERSIONED_FLAGS).value = flags
+        ctypes.c_uint64.from_address(managed + VERSIONED_FLAGS).value = flags
     return True
 
 
 def relabel_triple(capsule: object, triple: int) -> None:
     """Write dtype ``code | bits << 8 | lanes << 16`` into an unconsumed capsule (a route's relabel)."""
-    head = _Head.from_address(_tensor_address(capsule))
+    head = DLTensor.from_address(tensor_address(capsule))
     head.code, head.bits, head.lanes = triple & 0xFF, (triple >> 8) & 0xFF, triple >> 16
 
 

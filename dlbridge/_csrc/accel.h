@@ -14,7 +14,7 @@
 #include <string.h>
 #include <structmember.h>
 
-#define ACCEL_ABI 4
+#define ACCEL_ABI 5
 
 /* Py_SETREF / Py_XSETREF are not in the limited API before 3.12. */
 #define SETREF(dst, src) do { PyObject *_old = (PyObject *)(dst); (dst) = (src); Py_DECREF(_old); } while (0)
@@ -45,6 +45,7 @@ typedef struct DLManagedTensor {
     void *manager_ctx;
     void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
+typedef int (*CurrentWorkStream)(int32_t device_type, int32_t device_id, void **out_stream);
 typedef struct DLPackExchangeAPIHeader {
     DLPackVersion version;
     struct DLPackExchangeAPIHeader *prev_api;
@@ -73,30 +74,45 @@ typedef struct {
     PyObject *importer;     /* the consumer's import: importer(capsule or carrier) */
     PyObject *api;          /* the consumer's exchange API capsule, or None */
     PyObject *routes;       /* dict: route key -> Replay or None */
-    PyObject *caps_fn;      /* capabilities() where they vary at run time, else None */
+    PyObject *caps_guard;   /* (object, attribute, value) the capability row was read under, else None */
     PyObject *caps;         /* the capability row the routes were decided for */
     PyObject *decide;       /* decide(key): the Replay (stored), or None */
     PyObject *self_type;    /* the consumer's own array type, or None */
     PyObject *self_import;  /* f(x) for x of self_type */
     PyObject *self_dtypes;  /* list: the dtypes of self_type the pipeline took as they are */
-    long align;             /* the data alignment the consumer needs (>= 1) */
+    PyObject *stream_query; /* its current stream: an exchange API capsule, (ask, attribute), or None */
     int kind;               /* IMPORT_* */
-    char ready, versioned, readonly_ok, offset_ok;
+    char ready, versioned;  /* versioned: the capsule kind the consumer's producer is asked for */
+    char deferred;          /* it asks a GPU producer for the capsule itself, with its own stream */
 } StateRecord;
 typedef struct {
     PyObject_HEAD
-    PyObject *handle;       /* the exchange API capsule, or the export function */
-    PyObject *guards;       /* tuple of (attribute, call, expected) */
-    PyObject *alias;        /* a method name whose result is exported instead of x, or None */
-    PyObject *relabels;     /* dict: dtype -> (view dtype, triple), or None */
-    int kind;               /* EXPORT_* */
+    PyObject *handle;         /* the exchange API capsule, or the export function */
+    PyObject *guards;         /* tuple of (attribute, call, expected): CPU memory; None: never on the CPU half */
+    PyObject *alias;          /* a method name whose result is exported instead of x, or None */
+    PyObject *relabels;       /* dict: dtype -> (view dtype, triple), or None */
+    PyObject *gpu_guards;     /* tuple: the GPU half's guards; None: no GPU half */
+    PyObject *device_method;  /* x.<device_method>() says where x is (a str), or None */
+    PyObject *current_device; /* current_device() -> id where the handshake needs x's device current, or None */
+    int kind;                 /* EXPORT_*: how CPU arrays are exported */
+    int device_type;          /* the device type device_method's id is of; 0: it gives (type, id) */
+    int gpu_kind;             /* EXPORT_EXCHANGE (no sync: equal streams only) or EXPORT_METHOD (stream=) */
 } ProducerRecord;
+/* A stored route: the record decide() made (dlbridge/_pipeline/_handoff.py), read once when the Replay is
+ * made: its Admission (the capsule facts under which the record holds) as C fields, compared as they are. */
 typedef struct {
     PyObject_HEAD
     PyObject *finish;       /* f(imported) -> result, or None */
-    PyObject *record;       /* the decision record (dlbridge._pipeline._handoff.Handoff) this route replays */
+    PyObject *record;       /* the Handoff this route replays */
     long long wire;         /* the dtype triple the consumer is handed: code | bits << 8 | lanes << 16 */
+    long long triple;       /* the capsule's dtype triple */
+    long align;             /* (data + byte_offset) % align == 0 (>= 1) */
+    int device_type, device_id;
+    int kinds;              /* capsule kinds admitted: KIND_LEGACY | KIND_VERSIONED */
+    char readonly_ok;       /* a READ_ONLY capsule admitted */
+    char offset_ok;         /* a byte_offset admitted */
 } ReplayRecord;
+enum { KIND_LEGACY = 1, KIND_VERSIONED = 2 };
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
 enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2, EXPORT_METHOD_LEGACY = 3 };
 extern PyObject *g_state_type, *g_producer_type, *g_replay_type;
@@ -113,25 +129,45 @@ extern PyObject *g_get_default;   /* get_default_fallback(): when the cell is No
 extern PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
 extern PyObject *g_empty;         /* () */
 extern PyObject *g_dunder;        /* "__dlpack__" */
+extern PyObject *g_stream;        /* "stream" */
 extern PyObject *g_dtype;         /* "dtype" */
 extern PyObject *g_view;          /* "view" */
 extern PyObject *g_cpu;           /* (1, 0) */
 extern PyObject *g_carrier_type;
 
-/* capsules.c */
+/* capsules.c: the one capsule reader (view_capsule, layout_class; probe() is its Python form, the
+ * twin of dlbridge/_capsule/_probe.py), and capsules around exchange-API exports */
+typedef struct {
+    DLTensor *tensor;       /* inside the capsule's struct */
+    uint64_t *flags;        /* NULL for a legacy capsule */
+    uint32_t major, minor;  /* 0, 0 for a legacy capsule */
+    int versioned;
+    int has_deleter;        /* the managed tensor names a deleter (DLPack allows NULL) */
+} CapsuleView;
+enum { LAYOUT_OTHER = 0, LAYOUT_DENSE = 1, LAYOUT_EMPTY = 2 };
+int view_capsule(PyObject *capsule, CapsuleView *view);
+int layout_class(const DLTensor *t);
 void managed_capsule_destructor(PyObject *capsule);
 PyObject *legacy_capsule(DLManagedTensorVersioned *versioned);
 void free_managed(DLManagedTensorVersioned *managed);
-DLTensor *capsule_tensor(PyObject *capsule, int *versioned, uint64_t **flags);
-int plain_layout(const DLTensor *t);
 PyObject *probe(PyObject *module, PyObject *capsule);
+PyObject *layout_offsets(void);
 
-/* objects.c: Carrier and Route */
-extern PyType_Spec carrier_spec, route_spec;
+/* carrier.c: Carrier */
+extern PyType_Spec carrier_spec;
 PyObject *make_carrier(PyObject *capsule, PyObject *device);
+
+/* objects.c: Route */
+extern PyType_Spec route_spec;
 int objects_init(void);
 
 /* route.c */
 PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+/* gpu.c: the route's GPU steps (the twin of dlbridge/_route/_gpu.py) */
+typedef struct Call Call;
+int gpu_half(Call *c);
+extern PyType_Spec deferred_spec;
+extern PyObject *g_deferred_type, *g_declined;
 
 #endif

@@ -46,57 +46,72 @@ void free_managed(DLManagedTensorVersioned *managed) {
     if (managed != NULL && managed->deleter != NULL) managed->deleter(managed);
 }
 
-/* The tensor of a capsule named exactly LEGACY or VERSIONED (major 1); NULL otherwise, no error set. */
-DLTensor *capsule_tensor(PyObject *capsule, int *versioned, uint64_t **flags) {
+/* --- the capsule reader ----------------------------------------------------------------------- */
+
+/* The tensor of a capsule named exactly LEGACY or VERSIONED (major 1) with ndim in 0..MAX_NDIM and a shape
+ * where ndim > 0: 1 and `view` filled; else 0, no error set (_read.read says what is wrong with it). */
+int view_capsule(PyObject *capsule, CapsuleView *view) {
+    memset(view, 0, sizeof *view);
     const char *name = PyCapsule_GetName(capsule);
     if (name == NULL) {
         PyErr_Clear();
-        return NULL;
+        return 0;
     }
-    if (strcmp(name, VERSIONED) == 0) {
-        DLManagedTensorVersioned *managed = PyCapsule_GetPointer(capsule, VERSIONED);
-        if (managed == NULL) {
-            PyErr_Clear();
-            return NULL;
-        }
-        if (managed->version.major != 1) return NULL;
-        *versioned = 1;
-        *flags = &managed->flags;
-        return &managed->dl_tensor;
+    int versioned = strcmp(name, VERSIONED) == 0;
+    if (!versioned && strcmp(name, LEGACY) != 0) return 0;
+    void *pointer = PyCapsule_GetPointer(capsule, name);
+    if (pointer == NULL) {
+        PyErr_Clear();
+        return 0;
     }
-    if (strcmp(name, LEGACY) == 0) {
-        DLTensor *tensor = PyCapsule_GetPointer(capsule, LEGACY); /* DLManagedTensor starts with it */
-        if (tensor == NULL) PyErr_Clear();
-        *versioned = 0;
-        *flags = NULL;
-        return tensor;
+    DLTensor *t = pointer; /* a DLManagedTensor starts with its DLTensor */
+    view->has_deleter = ((DLManagedTensor *)pointer)->deleter != NULL;
+    if (versioned) {
+        DLManagedTensorVersioned *managed = pointer;
+        if (managed->version.major != 1) return 0; /* DLPack: read nothing past the version of another major */
+        view->major = managed->version.major;
+        view->minor = managed->version.minor;
+        view->flags = &managed->flags;
+        view->has_deleter = managed->deleter != NULL;
+        t = &managed->dl_tensor;
     }
-    return NULL;
+    if (t->ndim < 0 || t->ndim > MAX_NDIM || (t->ndim > 0 && t->shape == NULL)) return 0;
+    view->tensor = t;
+    view->versioned = versioned;
+    return 1;
 }
 
-/* Dense C order (strides absent or exactly the C strides), a sane shape and a span inside the
- * 64-bit address space: the only layout the fast route takes. */
-int plain_layout(const DLTensor *t) {
-    if (t->ndim < 0 || t->ndim > MAX_NDIM) return 0;
-    if (t->ndim > 0 && t->shape == NULL) return 0;
-    if (t->dtype.bits == 0 || t->dtype.lanes == 0) return 0;
-    uint64_t size = 1, step = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        int64_t dim = t->shape[i];
-        if (dim < 0) return 0;
-        if (t->strides != NULL && t->strides[i] != (int64_t)step) return 0;
-        if (dim && step > (UINT64_MAX >> 1) / (uint64_t)dim) return 0;
-        step *= (uint64_t)dim;
+/* The layout class (the same test as _probe.py's _layout): LAYOUT_DENSE for dense C order (no strides, or
+ * exactly the C strides), bits and lanes set, a data pointer and a span inside the 64-bit address space;
+ * LAYOUT_EMPTY for a dense tensor of no elements; LAYOUT_OTHER for anything else. */
+int layout_class(const DLTensor *t) {
+    if (t->dtype.bits == 0 || t->dtype.lanes == 0) return LAYOUT_OTHER;
+    int empty = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0) return LAYOUT_OTHER;
+        empty |= t->shape[i] == 0;
     }
-    size = step;
-    if (size == 0) return 1;
-    if (t->data == NULL) return 0;
-    uint64_t itemsize = ((uint64_t)t->dtype.bits * t->dtype.lanes + 7) / 8;
-    if (size > (UINT64_MAX >> 2) / itemsize) return 0;
+    if (t->strides != NULL) { /* exactly the C strides: a C stride past 2**63 equals no int64 stride */
+        uint64_t step = 1;
+        int past = 0;
+        for (int i = t->ndim - 1; i >= 0; i--) {
+            if (past || t->strides[i] != (int64_t)step) return LAYOUT_OTHER;
+            uint64_t dim = (uint64_t)t->shape[i];
+            if (dim && step > (UINT64_MAX >> 1) / dim) past = 1;
+            else step *= dim;
+        }
+    }
+    if (empty) return LAYOUT_EMPTY;
+    uint64_t itemsize = ((uint64_t)t->dtype.bits * t->dtype.lanes + 7) / 8, span = itemsize;
+    for (int i = 0; i < t->ndim; i++) {
+        uint64_t dim = (uint64_t)t->shape[i];
+        if (span > (UINT64_C(1) << 62) / dim) return LAYOUT_OTHER;
+        span *= dim;
+    }
+    if (t->data == NULL || span >= (UINT64_C(1) << 62)) return LAYOUT_OTHER;
     uint64_t start = (uint64_t)(uintptr_t)t->data + t->byte_offset;
-    if (start < (uint64_t)(uintptr_t)t->data) return 0;
-    if (start + size * itemsize < start) return 0;
-    return 1;
+    if (start < (uint64_t)(uintptr_t)t->data || start + span < start) return LAYOUT_OTHER;
+    return LAYOUT_DENSE;
 }
 
 /* --- probe ---------------------------------------------------------------------------------- */
@@ -116,50 +131,55 @@ static PyObject *int64_tuple(const int64_t *values, int n) {
 }
 
 /* probe(capsule) -> (versioned, major, minor, flags, data, device_type, device_id, ndim, code, bits,
- * lanes, shape, strides | None, byte_offset), or None for anything the Python reader must judge
- * (a wrong name, a NULL pointer, another major version, ndim out of range, a NULL shape). */
+ * lanes, shape, strides | None, byte_offset, layout, has_deleter), or None where view_capsule() reads nothing. */
 PyObject *probe(PyObject *module, PyObject *capsule) {
     (void)module;
-    const char *name = PyCapsule_GetName(capsule);
-    if (name == NULL) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    int versioned = strcmp(name, VERSIONED) == 0;
-    if (!versioned && strcmp(name, LEGACY) != 0) Py_RETURN_NONE;
-    void *pointer = PyCapsule_GetPointer(capsule, name);
-    if (pointer == NULL) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    uint32_t major = 0, minor = 0;
-    uint64_t flags = 0;
-    DLTensor *t = pointer;
-    if (versioned) {
-        DLManagedTensorVersioned *managed = pointer;
-        if (managed->version.major != 1) Py_RETURN_NONE;
-        major = managed->version.major;
-        minor = managed->version.minor;
-        flags = managed->flags;
-        t = &managed->dl_tensor;
-    }
-    if (t->ndim < 0 || t->ndim > MAX_NDIM || (t->ndim > 0 && t->shape == NULL)) Py_RETURN_NONE;
-    PyObject *shape = int64_tuple(t->shape, t->ndim);
-    if (shape == NULL) return NULL;
-    PyObject *strides;
-    if (t->ndim > 0 && t->strides != NULL) {
+    CapsuleView view;
+    if (!view_capsule(capsule, &view)) Py_RETURN_NONE;
+    const DLTensor *t = view.tensor;
+    PyObject *shape = int64_tuple(t->shape, t->ndim), *strides = NULL;
+    if (shape != NULL && t->ndim > 0 && t->strides != NULL) {
         strides = int64_tuple(t->strides, t->ndim);
-        if (strides == NULL) {
-            Py_DECREF(shape);
-            return NULL;
-        }
-    } else {
+    } else if (shape != NULL) {
         strides = Py_None;
         Py_INCREF(strides);
     }
-    PyObject *version = versioned ? Py_True : Py_False;
-    return Py_BuildValue("(OIIKKiiiiiiNNK)", version, major, minor, (unsigned long long)flags,
+    if (strides == NULL) {
+        Py_XDECREF(shape);
+        return NULL;
+    }
+    PyObject *versioned = view.versioned ? Py_True : Py_False;
+    unsigned long long flags = view.flags != NULL ? (unsigned long long)*view.flags : 0;
+    PyObject *deleter = view.has_deleter ? Py_True : Py_False;
+    return Py_BuildValue("(OIIKKiiiiiiNNKiO)", versioned, view.major, view.minor, flags,
                          (unsigned long long)(uintptr_t)t->data, t->device.device_type, t->device.device_id,
                          t->ndim, t->dtype.code, t->dtype.bits, t->dtype.lanes, shape, strides,
-                         (unsigned long long)t->byte_offset);
+                         (unsigned long long)t->byte_offset, layout_class(t), deleter);
+}
+
+#define OFFSET(name, type, field) {name, offsetof(type, field)}
+
+/* The struct layout as compiled, for the check against dlbridge/_capsule/_layout.py's LAYOUT. */
+PyObject *layout_offsets(void) {
+    const struct { const char *name; size_t value; } entries[] = {
+        {"DLTensor", sizeof(DLTensor)},
+        OFFSET("DLTensor.data", DLTensor, data),
+        OFFSET("DLTensor.device_type", DLTensor, device.device_type),
+        OFFSET("DLTensor.ndim", DLTensor, ndim),
+        OFFSET("DLTensor.code", DLTensor, dtype.code),
+        OFFSET("DLTensor.shape", DLTensor, shape),
+        OFFSET("DLTensor.strides", DLTensor, strides),
+        OFFSET("DLTensor.byte_offset", DLTensor, byte_offset),
+        OFFSET("DLManagedTensorVersioned.deleter", DLManagedTensorVersioned, deleter),
+        OFFSET("DLManagedTensorVersioned.flags", DLManagedTensorVersioned, flags),
+        OFFSET("DLManagedTensorVersioned.dl_tensor", DLManagedTensorVersioned, dl_tensor),
+        OFFSET("DLManagedTensor.deleter", DLManagedTensor, deleter),
+    };
+    PyObject *layout = PyDict_New();
+    for (size_t i = 0; layout != NULL && i < sizeof entries / sizeof entries[0]; i++) {
+        PyObject *value = PyLong_FromSize_t(entries[i].value);
+        if (value == NULL || PyDict_SetItemString(layout, entries[i].name, value) < 0) Py_CLEAR(layout);
+        Py_XDECREF(value);
+    }
+    return layout;
 }

@@ -7,7 +7,7 @@
  * messages: it reads what _route.py hands it (State, Producer and Replay records, records.c) and
  * declines whatever it does not recognise.
  *
- * Also: probe() (capsules.c), the capsule reader's compact form; Carrier (objects.c), a single-use
+ * Also: probe() (capsules.c), the capsule reader's Python form; Carrier (carrier.c), a single-use
  * object that hands a ready capsule to consumers that only take objects with __dlpack__; Route
  * (objects.c), the public to_<framework> functions' compiled form; State, Producer, Replay (records.c).
  *
@@ -26,6 +26,7 @@ PyObject *g_get_default;   /* get_default_fallback(): when the cell is None */
 PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
 PyObject *g_empty;         /* () */
 PyObject *g_dunder;        /* "__dlpack__" */
+PyObject *g_stream;        /* "stream" */
 PyObject *g_dtype;         /* "dtype" */
 PyObject *g_view;          /* "view" */
 PyObject *g_cpu;           /* (1, 0) */
@@ -71,6 +72,15 @@ static struct PyModuleDef accel_module = {
     PyModuleDef_HEAD_INIT, "dlbridge._accel", "dlbridge's compiled fast route", -1, accel_methods, NULL, NULL, NULL, NULL,
 };
 
+/* LAYOUT: the DLPack struct offsets as compiled (tests compare them with dlbridge/_capsule/_layout.py). */
+static int add_layout(PyObject *m) {
+    PyObject *layout = layout_offsets();
+    if (layout == NULL) return -1;
+    int rc = PyModule_AddObjectRef(m, "LAYOUT", layout);
+    Py_DECREF(layout);
+    return rc;
+}
+
 PyMODINIT_FUNC PyInit__accel(void) {
     PyObject *m = PyModule_Create(&accel_module);
     if (m == NULL) return NULL;
@@ -87,6 +97,9 @@ PyMODINIT_FUNC PyInit__accel(void) {
     }
     g_empty = PyTuple_New(0);
     g_dunder = PyUnicode_InternFromString("__dlpack__");
+    g_stream = PyUnicode_InternFromString("stream");
+    g_deferred_type = PyType_FromSpec(&deferred_spec);
+    g_declined = PyErr_NewException("dlbridge._accel.Declined", PyExc_Exception, NULL);
     g_dtype = PyUnicode_InternFromString("dtype");
     g_view = PyUnicode_InternFromString("view");
     if (g_dtype == NULL || g_view == NULL) return NULL;
@@ -94,8 +107,10 @@ PyMODINIT_FUNC PyInit__accel(void) {
     PyObject *version = Py_BuildValue("(ii)", 1, 3);
     g_versioned_kw = PyDict_New();
     if (g_carrier_type == NULL || g_empty == NULL || g_dunder == NULL || g_cpu == NULL || version == NULL ||
+        g_stream == NULL || g_deferred_type == NULL || g_declined == NULL ||
+        PyModule_AddObjectRef(m, "Deferred", g_deferred_type) < 0 || PyModule_AddObjectRef(m, "Declined", g_declined) < 0 ||
         g_versioned_kw == NULL || PyDict_SetItemString(g_versioned_kw, "max_version", version) < 0 ||
-        PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0 ||
+        PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0 || add_layout(m) < 0 ||
         PyModule_AddObjectRef(m, "Carrier", g_carrier_type) < 0) {
         Py_XDECREF(version);
         Py_DECREF(m);

@@ -1,88 +1,5 @@
-/* The two object types: Carrier (hands a ready capsule to a consumer that only takes objects with
- * __dlpack__) and Route (a public to_<framework> function whose call enters convert() directly). */
+/* Route: a public to_<framework> function whose call enters convert() (route.c) directly. */
 #include "accel.h"
-
-/* --- Carrier ---------------------------------------------------------------------------- */
-typedef struct { PyObject_HEAD PyObject *capsule; PyObject *device; } Carrier;
-
-PyObject *make_carrier(PyObject *capsule, PyObject *device) {
-    PyTypeObject *type = (PyTypeObject *)g_carrier_type;
-    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
-    Carrier *self = (Carrier *)alloc(type, 0);
-    if (self == NULL) return NULL;
-    Py_INCREF(capsule);
-    Py_INCREF(device);
-    self->capsule = capsule;
-    self->device = device;
-    return (PyObject *)self;
-}
-
-static PyObject *carrier_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *capsule, *device;
-    static char *names[] = {"capsule", "device", NULL};
-    (void)type; /* not subclassable: always g_carrier_type */
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", names, &capsule, &device)) return NULL;
-    return make_carrier(capsule, device);
-}
-
-static void carrier_dealloc(PyObject *obj) {
-    Carrier *self = (Carrier *)obj;
-    PyTypeObject *type = Py_TYPE(obj);
-    Py_CLEAR(self->capsule);
-    Py_CLEAR(self->device);
-    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
-    tp_free(obj);
-    Py_DECREF(type);
-}
-
-static PyObject *carrier_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    /* The handshake with the real producer is done: the consumer's keywords are not needed. */
-    Carrier *self = (Carrier *)obj;
-    PyObject *capsule = self->capsule;
-    (void)args;
-    (void)nargs;
-    (void)kwnames;
-    if (capsule == NULL || capsule == Py_None) {
-        PyObject *errors = PyImport_ImportModule("dlbridge._errors");
-        PyObject *cls = errors ? PyObject_GetAttrString(errors, "CapsuleError") : NULL;
-        Py_XDECREF(errors);
-        if (cls != NULL) {
-            PyErr_SetString(cls, "this capsule was already handed to a consumer");
-            Py_DECREF(cls);
-        }
-        return NULL;
-    }
-    self->capsule = NULL;
-    return capsule; /* the reference moves to the caller */
-}
-
-static PyObject *carrier_device(PyObject *obj, PyObject *unused) {
-    (void)unused;
-    PyObject *device = ((Carrier *)obj)->device;
-    Py_INCREF(device);
-    return device;
-}
-
-static PyMethodDef carrier_methods[] = {
-    {"__dlpack__", (PyCFunction)(void (*)(void))carrier_dlpack, METH_FASTCALL | METH_KEYWORDS,
-     "The capsule, once."},
-    {"__dlpack_device__", carrier_device, METH_NOARGS, "The capsule's device."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyType_Slot carrier_slots[] = {
-    {Py_tp_new, carrier_new},
-    {Py_tp_dealloc, carrier_dealloc},
-    {Py_tp_methods, carrier_methods},
-    {Py_tp_doc, "Carrier(capsule, device): hands a ready capsule to a consumer that only takes "
-                "objects with __dlpack__. Single use, like the capsule."},
-    {0, NULL},
-};
-
-PyType_Spec carrier_spec = {
-    "dlbridge._accel.Carrier", sizeof(Carrier), 0, Py_TPFLAGS_DEFAULT, carrier_slots,
-};
-
 
 /* --- Route: a public conversion function (to_numpy, ...) whose call enters convert() directly ---- */
 typedef struct { PyObject_HEAD PyObject *spec; PyObject *wrapped; PyObject *doc; } Route;
@@ -92,7 +9,9 @@ static PyObject *g_keywords[5]; /* fallback, dtype, device, copy, stream: args[2
 static PyObject *route_call(PyObject *obj, PyObject *args, PyObject *kwargs) {
     Route *self = (Route *)obj;
     PyObject *argv[7] = {self->spec, NULL, g_not_given ? g_not_given : Py_None, Py_None, Py_None, Py_None, Py_None};
-    if (PyTuple_Size(args) != 1) return PyObject_Call(self->wrapped, args, kwargs); /* its TypeError */
+    /* Not configured yet: the route's Python side loads with the first conversion (dlbridge/_api.py), which
+     * the function does; its TypeError for a call it cannot read. */
+    if (g_pipeline == NULL || PyTuple_Size(args) != 1) return PyObject_Call(self->wrapped, args, kwargs);
     argv[1] = PyTuple_GetItem(args, 0);
     if (kwargs != NULL) {
         Py_ssize_t pos = 0;
@@ -160,6 +79,18 @@ static PyObject *route_getattro(PyObject *obj, PyObject *name) {
 
 static PyObject *route_repr(PyObject *obj) { return PyObject_Repr(((Route *)obj)->wrapped); }
 
+/* Pickled and copied by reference, as the function it stands for: its qualified name, which pickle looks
+ * up in its __module__ ("dlbridge": the same Route comes back); copy and deepcopy return it as it is. */
+static PyObject *route_reduce(PyObject *obj, PyObject *unused) {
+    (void)unused;
+    return PyObject_GetAttrString(((Route *)obj)->wrapped, "__qualname__");
+}
+
+static PyMethodDef route_methods[] = {
+    {"__reduce__", route_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
 /* Not bound when stored on a class, like a builtin function; and so a routine to inspect and pydoc,
  * which then show the signature and docstring (help(dlbridge.to_numpy)). */
 static PyObject *route_get(PyObject *obj, PyObject *instance, PyObject *owner) {
@@ -177,6 +108,7 @@ static PyMemberDef route_members[] = {
 
 static PyType_Slot route_slots[] = {
     {Py_tp_members, route_members},
+    {Py_tp_methods, route_methods},
     {Py_tp_new, route_new},
     {Py_tp_dealloc, route_dealloc},
     {Py_tp_call, route_call},

@@ -18,16 +18,15 @@ static PyMemberDef state_members[] = {
     OBJ(StateRecord, importer),
     OBJ(StateRecord, api),
     {"versioned", T_BOOL, offsetof(StateRecord, versioned), READONLY, NULL},
-    {"align", T_LONG, offsetof(StateRecord, align), READONLY, NULL},
-    {"readonly_ok", T_BOOL, offsetof(StateRecord, readonly_ok), READONLY, NULL},
-    {"offset_ok", T_BOOL, offsetof(StateRecord, offset_ok), READONLY, NULL},
     OBJ(StateRecord, routes),
-    OBJ(StateRecord, caps_fn),
+    OBJ(StateRecord, caps_guard),
     OBJ(StateRecord, caps),
     OBJ(StateRecord, decide),
     OBJ(StateRecord, self_type),
     OBJ(StateRecord, self_import),
     OBJ(StateRecord, self_dtypes),
+    OBJ(StateRecord, stream_query),
+    {"deferred", T_BOOL, offsetof(StateRecord, deferred), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -37,13 +36,25 @@ static PyMemberDef producer_members[] = {
     OBJ(ProducerRecord, guards),
     OBJ(ProducerRecord, alias),
     OBJ(ProducerRecord, relabels),
+    OBJ(ProducerRecord, gpu_guards),
+    OBJ(ProducerRecord, device_method),
+    {"device_type", T_INT, offsetof(ProducerRecord, device_type), READONLY, NULL},
+    {"gpu_kind", T_INT, offsetof(ProducerRecord, gpu_kind), READONLY, NULL},
+    OBJ(ProducerRecord, current_device),
     {NULL, 0, 0, 0, NULL},
 };
 
 static PyMemberDef replay_members[] = {
-    {"wire", T_LONGLONG, offsetof(ReplayRecord, wire), READONLY, NULL},
-    OBJ(ReplayRecord, finish),
     OBJ(ReplayRecord, record),
+    OBJ(ReplayRecord, finish),
+    {"wire", T_LONGLONG, offsetof(ReplayRecord, wire), READONLY, NULL},
+    {"triple", T_LONGLONG, offsetof(ReplayRecord, triple), READONLY, NULL},
+    {"device_type", T_INT, offsetof(ReplayRecord, device_type), READONLY, NULL},
+    {"device_id", T_INT, offsetof(ReplayRecord, device_id), READONLY, NULL},
+    {"kinds", T_INT, offsetof(ReplayRecord, kinds), READONLY, NULL},
+    {"readonly_ok", T_BOOL, offsetof(ReplayRecord, readonly_ok), READONLY, NULL},
+    {"offset_ok", T_BOOL, offsetof(ReplayRecord, offset_ok), READONLY, NULL},
+    {"align", T_LONG, offsetof(ReplayRecord, align), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -92,7 +103,9 @@ static PyObject *refuse(PyObject *record, const char *what) {
 
 /* What route.c relies on without checking again. */
 static PyObject *state_checked(StateRecord *s) {
-    if (s->align < 1) return refuse((PyObject *)s, "State(align=) must be at least 1");
+    if (s->caps_guard != Py_None && (!PyTuple_Check(s->caps_guard) || PyTuple_Size(s->caps_guard) != 3 ||
+                                     !PyUnicode_Check(PyTuple_GetItem(s->caps_guard, 1))))
+        return refuse((PyObject *)s, "State(caps_guard=) must be (object, attribute name, value) or None");
     if (!s->ready) return (PyObject *)s;
     if (!PyDict_Check(s->routes) || !PyList_Check(s->self_dtypes))
         return refuse((PyObject *)s, "State: a ready state needs routes= a dict and self_dtypes= a list");
@@ -102,33 +115,38 @@ static PyObject *state_checked(StateRecord *s) {
 }
 
 static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"target", "ready", "kind", "importer", "api", "versioned", "align", "readonly_ok",
-                            "offset_ok", "routes", "caps_fn", "caps", "decide", "self_type", "self_import",
-                            "self_dtypes", NULL};
+    static char *names[] = {"target", "ready", "kind", "importer", "api", "versioned", "routes", "caps_guard", "caps",
+                            "decide", "self_type", "self_import", "self_dtypes", "stream_query", "deferred", NULL};
     StateRecord *s = (StateRecord *)alloc(type);
     if (s == NULL) return NULL;
-    int ready = 0, versioned = 0, readonly_ok = 0, offset_ok = 0;
-    s->align = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OpiOOplppOOOOOOO:State", names, &s->target, &ready, &s->kind,
-                                     &s->importer, &s->api, &versioned, &s->align, &readonly_ok, &offset_ok,
-                                     &s->routes, &s->caps_fn, &s->caps, &s->decide, &s->self_type, &s->self_import,
-                                     &s->self_dtypes))
+    int ready = 0, versioned = 0, deferred = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OpiOOpOOOOOOOOp:State", names, &s->target, &ready, &s->kind,
+                                     &s->importer, &s->api, &versioned, &s->routes, &s->caps_guard, &s->caps, &s->decide,
+                                     &s->self_type, &s->self_import, &s->self_dtypes, &s->stream_query, &deferred))
         return discard((PyObject *)s, state_members);
-    s->ready = (char)ready, s->versioned = (char)versioned;
-    s->readonly_ok = (char)readonly_ok, s->offset_ok = (char)offset_ok;
+    s->ready = (char)ready, s->versioned = (char)versioned, s->deferred = (char)deferred;
     hold((PyObject *)s, state_members);
     return state_checked(s);
 }
 
 static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"kind", "handle", "guards", "alias", "relabels", NULL};
+    static char *names[] = {"kind", "handle", "guards", "alias", "relabels", "gpu_guards", "device_method",
+                            "device_type", "gpu_kind", "current_device", NULL};
     ProducerRecord *p = (ProducerRecord *)alloc(type);
     if (p == NULL) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOO!OO:Producer", names, &p->kind, &p->handle, &PyTuple_Type,
-                                     &p->guards, &p->alias, &p->relabels))
+    p->gpu_kind = EXPORT_METHOD;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiO:Producer", names, &p->kind, &p->handle, &p->guards,
+                                     &p->alias, &p->relabels, &p->gpu_guards, &p->device_method, &p->device_type,
+                                     &p->gpu_kind, &p->current_device))
         return discard((PyObject *)p, producer_members);
     if (p->guards == NULL) p->guards = g_empty;
     hold((PyObject *)p, producer_members);
+    if ((p->guards != Py_None && !PyTuple_Check(p->guards)) || (p->gpu_guards != Py_None && !PyTuple_Check(p->gpu_guards)))
+        return refuse((PyObject *)p, "Producer(guards=, gpu_guards=) must be tuples or None");
+    if (p->gpu_guards != Py_None && !PyUnicode_Check(p->device_method))
+        return refuse((PyObject *)p, "Producer(device_method=) must be a str where gpu_guards is given");
+    if (p->current_device != Py_None && !PyCallable_Check(p->current_device))
+        return refuse((PyObject *)p, "Producer(current_device=) must be callable or None");
     if (p->alias != Py_None && !PyUnicode_Check(p->alias))
         return refuse((PyObject *)p, "Producer(alias=) must be a str or None");
     if (p->relabels != Py_None && !PyDict_Check(p->relabels))
@@ -136,18 +154,56 @@ static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     return (PyObject *)p;
 }
 
+/* An integer field of the record's Admission into *out, within [low, high]; -1 with an error set otherwise. */
+static int admission_field(PyObject *admits, const char *name, long long low, long long high, long long *out) {
+    PyObject *value = PyObject_GetAttrString(admits, name);
+    if (value == NULL) return -1;
+    *out = PyLong_AsLongLong(value); /* bools are ints */
+    Py_DECREF(value);
+    if (*out == -1 && PyErr_Occurred()) return -1;
+    if (*out < low || *out > high) {
+        PyErr_Format(PyExc_TypeError, "dlbridge._accel.Replay: the record's admits.%s=%lld is out of range", name,
+                     *out);
+        return -1;
+    }
+    return 0;
+}
+
+/* Replay(*, record, finish): the record's Admission (record.admits) read into C fields, once. */
+static int read_admission(ReplayRecord *r) {
+    PyObject *admits = PyObject_GetAttrString(r->record, "admits");
+    if (admits == NULL) return -1;
+    long long v[8];
+    int ok = admits != Py_None && admission_field(admits, "wire", 0, 0xFFFFFFFFLL, &v[0]) == 0 &&
+             admission_field(admits, "triple", 0, 0xFFFFFFFFLL, &v[1]) == 0 &&
+             admission_field(admits, "device_type", 0, 255, &v[2]) == 0 &&
+             admission_field(admits, "device_id", 0, 0x7FFF, &v[3]) == 0 &&
+             admission_field(admits, "kinds", 1, KIND_LEGACY | KIND_VERSIONED, &v[4]) == 0 &&
+             admission_field(admits, "readonly_ok", 0, 1, &v[5]) == 0 &&
+             admission_field(admits, "offset_ok", 0, 1, &v[6]) == 0 &&
+             admission_field(admits, "align", 1, 1 << 20, &v[7]) == 0;
+    if (!ok && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "dlbridge._accel.Replay(record=) needs a record whose admits is set");
+    Py_DECREF(admits);
+    if (!ok) return -1;
+    r->wire = v[0], r->triple = v[1], r->device_type = (int)v[2], r->device_id = (int)v[3], r->kinds = (int)v[4];
+    r->readonly_ok = (char)v[5], r->offset_ok = (char)v[6], r->align = (long)v[7];
+    return 0;
+}
+
 static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"wire", "finish", "record", NULL};
+    static char *names[] = {"record", "finish", NULL};
     ReplayRecord *r = (ReplayRecord *)alloc(type);
     if (r == NULL) return NULL;
-    r->wire = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$LOO:Replay", names, &r->wire, &r->finish, &r->record))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OO:Replay", names, &r->record, &r->finish))
         return discard((PyObject *)r, replay_members);
     hold((PyObject *)r, replay_members);
-    if (r->wire < 0 || r->wire > 0xFFFFFFFFLL)
-        return refuse((PyObject *)r, "Replay(wire=) must be a dtype triple (0 .. 2**32 - 1)");
     if (r->finish != Py_None && !PyCallable_Check(r->finish))
         return refuse((PyObject *)r, "Replay(finish=) must be callable or None");
+    if (read_admission(r) < 0) {
+        Py_DECREF(r);
+        return NULL;
+    }
     return (PyObject *)r;
 }
 
@@ -156,11 +212,12 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         {Py_tp_new, name##_new}, {Py_tp_dealloc, name##_dealloc}, {Py_tp_members, name##_members},            \
         {Py_tp_doc, doc},        {0, NULL},                                                                   \
     }
-SLOTS(state, "State(*, target, ready, kind, importer, api, versioned, align, readonly_ok, offset_ok, routes, "
-             "caps_fn, caps, decide, self_type, self_import, self_dtypes): a consumer's fast-route state.");
-SLOTS(producer, "Producer(*, kind, handle, guards, alias, relabels): how arrays of one type are exported.");
-SLOTS(replay, "Replay(*, wire, finish, record): a stored route: the dtype triple handed over, what turns the "
-              "import into the result, and the decision record it replays.");
+SLOTS(state, "State(*, target, ready, kind, importer, api, versioned, routes, caps_guard, caps, decide, self_type, "
+             "self_import, self_dtypes, stream_query, deferred): a consumer's fast-route state.");
+SLOTS(producer, "Producer(*, kind, handle, guards, alias, relabels, gpu_guards, device_method, device_type, gpu_kind, "
+                "current_device): how arrays of one type are exported.");
+SLOTS(replay, "Replay(*, record, finish): a stored route: the decision record it replays, whose admission "
+              "(record.admits) it reads once into its fields, and what turns the import into the result.");
 
 static PyType_Spec specs[3] = {
     {"dlbridge._accel.State", sizeof(StateRecord), 0, Py_TPFLAGS_DEFAULT, state_slots},

@@ -4,12 +4,22 @@ converted when they come, as a plain body's result is when it returns."""
 from __future__ import annotations
 
 from collections.abc import Coroutine, Generator
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ._call import _Call, _Spec
+from typing import Any, Protocol
 
 __all__ = ["converted_generator", "converted_coroutine"]
+
+
+class _Spec(Protocol):
+    """What these read of a guarded function's settings (``_call._Spec``)."""
+
+    def leave(self, state: Any, value: Any, where: tuple[Any, ...]) -> Any: ...
+    def annotate(self, state: Any, err: BaseException) -> None: ...
+
+
+class _Call(Protocol):
+    """What these read of one guarded call (``_call._Call``)."""
+
+    def value(self, value: Any, where: tuple[Any, ...], explicit: bool) -> Any: ...
 
 
 def converted_generator(inner: Generator[Any, Any, Any], spec: _Spec, state: _Call) -> Generator[Any, Any, Any]:
@@ -31,7 +41,7 @@ def converted_generator(inner: Generator[Any, Any, Any], spec: _Spec, state: _Ca
                 sent = yield leave(state, out, ("yield",))
             except GeneratorExit:
                 raise
-            except BaseException as err:
+            except BaseException as err:  # thrown in by the caller: passed on to the body
                 step, arg = inner.throw, err
             else:
                 step, arg = inner.send, None if sent is None else state.value(sent, ("sent",), False)

@@ -217,7 +217,13 @@ def exported_handoff(front: Front, target: Adapter, copy: bool | None, wire: Han
         capsule, info = None, described(made, who)
     else:
         capsule = capsule_of(made)  # a stand-in's copy, made now
-        info = read(capsule, who)
+        try:
+            info = read(capsule, who)
+        except CapsuleError as err:  # a capsule its producer could not fill (no memory): the adapter may say why
+            known = source.state_error(x) if source is not None else None
+            if known is None:
+                raise
+            raise known from err
     info = placed(capsule, info, src_dev, home, relabel=capsule is not None)
     # A copy the producer made is the copy copy=True asks for: none after the import.
     record = decide(info, target, caps, front.fallback, front.dtype, None if standin and copy else copy, source=source)
@@ -284,6 +290,8 @@ def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
     except _NeedsDense:
         return _dense_copy(front._replace(info=state["info"], record=state["record"]), target, copy)
     except DLBridgeError:
+        raise
+    except MemoryError:
         raise
     except Exception as err:
         info = state.get("info")

@@ -3,8 +3,10 @@ use it (and whether this process has that device at all), which stream a produce
 is given, and whether that asks it to make the stream wait (the DLPack handshake).
 
 Everyone asks here: the pipeline's stages (``_convert``), moves (``_moves``), ``dlbridge.explain`` and
-``inspect`` (``_export``), the fast route's GPU half (``_route._gpu``), the guard (``_guard``). A
-capsule's device is read, checked against its array's claim and relabelled only here (``placed``).
+``inspect`` (``_export``), the fast route's learning (``_route._learn``: ``home_of``), the guard
+(``_guard``); the fast route's GPU half replays the consumer's stream query its state holds
+(``_route._gpu``) and declines to the pipeline wherever that is not the whole handshake. A capsule's
+device is read, checked against its array's claim and relabelled only here (``placed``).
 """
 
 from __future__ import annotations
@@ -256,6 +258,8 @@ def handshake(stream: int | None, source: Adapter | None, target: Adapter | None
 def _current_stream(target: Adapter, device: DeviceT) -> int | None:
     try:
         return target.current_stream(device)
+    except MemoryError:
+        raise
     except Exception as err:  # e.g. a CPU-only build asked about a CUDA source
         raise DeviceMismatchError(
             f"to_{target.name}(): the source says it is on {device_name(device[0])}:{device[1]}, which "

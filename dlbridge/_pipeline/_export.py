@@ -16,7 +16,8 @@ from typing import Any
 
 from .._adapters import Adapter, adapter_for, export_capsule, producer_error, producer_name
 from .._adapters._support import StandIn, _arguments_refused
-from .._capsule._read import FLAG_READ_ONLY, CapsuleType, DLPackInfo, read
+from .._capsule._abi import FLAG_READ_ONLY
+from .._capsule._read import CapsuleType, DLPackInfo, read
 from .._errors import CapsuleError, DLBridgeError, NotAnArrayError, ReadOnlyError
 from ._devices import check_device, device_of, handshake, on_device
 from ._handoff import readonly_refusal
@@ -110,6 +111,8 @@ def _readonly_copy(x: Any, source: Adapter | None, stream: int | None, max_versi
             if source is not None:  # the framework's own copy, exported the adapter's way (ml_dtypes, fp4, ...)
                 return capsule_of(export(source.copy(x), source, stream, max_version))
             return x.__dlpack__(stream=stream, copy=True)
+        except MemoryError:
+            raise
         except Exception as err:
             raise ReadOnlyError(
                 f"{type(x).__name__} is read-only and its producer cannot export a copy: {err}"

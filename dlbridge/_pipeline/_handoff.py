@@ -16,11 +16,13 @@ the moved array, as ``dense`` does for a dense copy.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._adapters import ADAPTERS, HOST, Adapter
+from .._adapters._fast import FastRoute
 from .._capabilities import Capabilities
-from .._capsule._read import DLPackInfo, c_strides, device_name
+from .._capsule._read import DLPackInfo, c_strides
+from .._dtypes import BY_NAME, lookup
 from .._errors import (
     CapsuleError,
     DLBridgeError,
@@ -31,160 +33,16 @@ from .._errors import (
 )
 from .._options import Fallback
 from ._plan import Plan, native_plan, plan_for
+from ._record import Admission, Handoff, Move
+from ._refusals import null_deleter_refusal, raw_fp4_refusal
 from ._subbyte import FLAG_PADDED
 from ._subbyte import plan as subbyte_plan
 
 # The CPU alignment XLA and Eigen want (bytes): consumers with ``copies_unaligned`` copy buffers off it.
 ALIGNMENT = 64
 
-__all__ = ["ALIGNMENT", "Handoff", "Move", "decide", "refused", "needs_dense", "layout_message", "dense_info",
+__all__ = ["ALIGNMENT", "Admission", "Handoff", "Move", "decide", "refused", "needs_dense", "layout_message", "dense_info",
            "readonly_refusal"]  # fmt: skip
-
-
-class Move(NamedTuple):
-    """A copy to another device before the handoff: ``by`` who ("torch", "cupy uploads", ...)."""
-
-    source: tuple[int, int]
-    destination: tuple[int, int]
-    by: str
-
-
-class Handoff(NamedTuple):
-    """One conversion, decided: its steps (``steps``, ``str()``), or the error it raises (``error``).
-
-    ``shares`` says whether the result shares the source's memory. ``then`` is the record for the
-    array a ``move`` or ``dense`` copy makes (what happens to it next); ``to_json()`` is the plain form.
-    """
-
-    source: str  # who exports: a framework's name, a producer's module, or "capsule"
-    target: str
-    given: DLPackInfo | None = None  # what the decision read (None: decided before any capsule)
-    error: type[DLBridgeError] | None = None
-    message: str = ""
-    plan: Plan | None = None  # how the dtype reaches the consumer: native, reinterpret, view, upcast
-    keep: bool = False  # the consumer gets the array itself (its own framework; autograd kept)
-    move: Move | None = None
-    dense: str | None = None  # who makes the dense copy the consumer needs
-    versioned: bool = False  # a 'dltensor_versioned' capsule is handed over (else 'dltensor')
-    drop_readonly: bool = False  # READ_ONLY cleared: the import is copied right after (copy=True)
-    c_order: bool = False  # strides rewritten as plain C order (size-1 dimensions) for the consumer
-    carrier: bool = False  # the consumer is handed an object with __dlpack__, not the bare capsule
-    deferred: bool = False  # the consumer asks for the capsule itself, with its own stream
-    writable: bool = False  # the consumer's read-only import of mutable memory made writable again
-    consumer_copies: bool = False  # the consumer copies what it imports (it never shares CPU memory)
-    copy: bool = False  # the result is copied after the import (copy=True)
-    fp4: str | None = None  # fp4 in another layout: "pairs"/"elements" relabelled, "repack" a copy (_subbyte)
-    then: Handoff | None = None
-    raised: BaseException | None = None  # the error as found on the way (its cause kept), if one was
-    producer_copy: str | None = None  # the producer exports a copy in the array's place: what it is
-
-    @property
-    def shares(self) -> bool:
-        """Whether the result shares the source's memory (nothing copied on the way)."""
-        if self.error is not None or self.copy or self.move is not None or self.dense is not None:
-            return False
-        if self.producer_copy is not None:  # the producer exported a copy in the array's place
-            return False
-        if self.fp4 is not None:
-            return self.fp4 != "repack"
-        if self.consumer_copies:
-            return False
-        return self.plan is None or self.plan.mode != "upcast"
-
-    @property
-    def native_import(self) -> bool:
-        """Whether the consumer imports the capsule as its producer made it (its dtype, layout, flags
-        and device): nothing refused, moved, made dense, relabelled, viewed, upcast or rewritten, so the
-        consumer's own ``from_dlpack`` takes it too (what the report predicts native imports by)."""
-        if self.error is not None or self.keep or self.move is not None or self.dense is not None:
-            return False
-        if self.fp4 is not None or self.c_order or self.drop_readonly or self.producer_copy is not None:
-            return False
-        return self.plan is not None and self.plan.mode == "native"
-
-    @property
-    def steps(self) -> tuple[str, ...]:
-        if self.error is not None:
-            return (f"refuse: {self.error.__name__}: {self.message}",)
-        if self.keep:
-            return (
-                f"{self.target} gets the array itself" + (", copied" if self.copy else "") + " (nothing to hand over)",
-            )
-        steps: list[str] = []
-        if self.move is not None:
-            (src, dst), by = (_device(self.move.source), _device(self.move.destination)), self.move.by
-            steps.append(f"{by} copies it {src} → {dst}")
-        elif self.dense is not None:
-            steps.append(f"{self.source} export → {self.dense} makes the dense copy {self.target} needs")
-        if self.then is not None:
-            return (*steps, *self.then.steps)
-        if self.fp4 is not None:
-            how = {"pairs": "relabelled as float4_e2m1fn_x2 pairs (the same bytes)",
-                   "elements": "relabelled as one value a byte (the same bytes)",
-                   "repack": "repacked on the host (a copy)"}[self.fp4]  # fmt: skip
-            return (f"{self.source} export", f"fp4 {how}", f"import into {self.target}")
-        what = "export" if self.producer_copy is None else f"exports {self.producer_copy}"
-        steps.append(f"{self.source} {what} ({'dltensor_versioned' if self.versioned else 'dltensor'})")
-        if self.drop_readonly:
-            steps.append("READ_ONLY cleared for the copy made right after")
-        if self.c_order:
-            steps.append("strides written as C order")
-        how = (
-            " (deferred: it asks with its stream)"
-            if self.deferred
-            else (" (through a carrier)" if self.carrier else "")
-        )
-        plan = self.plan
-        steps.append(f"import as {plan.wire if plan else '?'}{how}")
-        if self.consumer_copies:
-            steps[-1] += f" ({self.target} copies it)"
-        if self.writable:
-            steps.append("made writable again (the memory is mutable)")
-        if self.copy:
-            steps.append("copied (copy=True)")
-        if plan is not None and plan.mode == "reinterpret":
-            steps.append(f"zero-copy relabel as {plan.logical}")
-        elif plan is not None and plan.mode == "view":
-            steps.append(f"zero-copy {plan.wire} view (dlbridge remembers it is {plan.logical})")
-        elif plan is not None and plan.mode == "upcast":
-            steps.append(f"float32 copy of the {plan.logical} values")
-        return tuple(steps)
-
-    def __str__(self) -> str:
-        return " → ".join(self.steps)
-
-    def raise_error(self) -> None:
-        """Raise the refusal, if the record is one (the exception found on the way, cause and all)."""
-        if self.raised is not None:
-            raise self.raised
-        if self.error is not None:
-            raise self.error(self.message)
-
-    def to_json(self) -> dict[str, Any]:
-        """The record as plain data (JSON-serialisable)."""
-        info = self.given
-        return {
-            "source": self.source,
-            "target": self.target,
-            "given": None if info is None else {
-                "dtype": info.dtype, "shape": list(info.shape), "device": list(info.device),
-                "strides": None if info.strides is None else list(info.strides), "readonly": info.readonly,
-                "versioned": info.versioned,
-            },
-            "error": None if self.error is None else self.error.__name__,
-            "message": self.message or None,
-            "mode": None if self.plan is None else self.plan.mode,
-            "logical": None if self.plan is None else self.plan.logical,
-            "wire": None if self.plan is None else self.plan.wire,
-            "shares": self.shares,
-            "producer_copy": self.producer_copy,
-            "steps": list(self.steps),
-            "then": None if self.then is None else self.then.to_json(),
-        }  # fmt: skip
-
-
-def _device(device: tuple[int, int]) -> str:
-    return f"{device_name(device[0])}:{device[1]}"
 
 
 def refused(source: str, target: str, err: DLBridgeError, given: DLPackInfo | None = None) -> Handoff:
@@ -218,14 +76,15 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
     capsules unflagged (``Adapter.exports_readonly_legacy``).
     """
     who = info.producer or ("capsule" if raw else "?")
+    if not info.has_deleter and caps.aborts_on_null_deleter:  # before any other rule: it must never see it
+        return Handoff(who, target.name, info, CapsuleError, null_deleter_refusal(info, target, caps))
     if info.readonly and not info.versioned:  # a read-only array described for a legacy-only consumer
         if source is not None and source.exports_readonly_legacy:
             info = replace(info, readonly=False)  # its legacy capsule, unflagged (a legacy one has no flags)
         elif copy is not True:  # the export its producer refuses (copy=True: it exports a writable copy)
             fix = source.readonly_fix if source is not None else Adapter.readonly_fix
             return Handoff(who, target.name, info, ReadOnlyError, readonly_refusal(info.describe(), True, fix))
-    # fp4 the consumer does not import as it is: another dtype (pairs), or one value a byte (a padded
-    # capsule, which a consumer importing float4_e2m1fn would read as two values a byte)
+    dtype = _asked_dtype(info, dtype)
     if info.code == 17 and dtype is None:  # fp4 the consumer does not import as it is (dlbridge._pipeline._subbyte)
         fp4 = _fp4(info, target, caps, fallback, copy, source, raw, who)
         if fp4 is not None:
@@ -245,7 +104,7 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
     producer = ADAPTERS.get(info.producer or "")
     mutable = info.versioned or (producer is not None and producer.mutable_arrays)
     strided = info.strides is not None and info.strides != c_strides(info.shape)
-    return Handoff(
+    record = Handoff(
         who,
         target.name,
         info,
@@ -257,6 +116,47 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
         writable=caps.readonly_imports and not info.readonly and mutable,
         consumer_copies=_consumer_copies(info, caps),
         copy=copy is True and not caps.copies_imports,  # a consumer that copies every import made it already
+    )
+    if strided or record.writable or record.drop_readonly or record.copy or plan.mode not in _REPLAYED:
+        return record
+    if not isinstance(target, FastRoute):  # a consumer without the route's part is never replayed
+        return record
+    return record._replace(admits=_admission(info, target, caps, plan))
+
+
+def _asked_dtype(info: DLPackInfo, dtype: Any) -> Any:
+    """``dtype=`` as ``decide`` reads it: None where it names an fp4 capsule's own dtype (nothing to relabel).
+
+    fp4 the consumer does not import as it is (another dtype: pairs; or one value a byte, a padded capsule
+    a consumer importing float4_e2m1fn would read as two values a byte) is then ``_fp4``'s to hand over."""
+    if info.code == 17 and dtype is not None and lookup(dtype) == BY_NAME.get(info.dtype):
+        return None
+    return dtype
+
+
+KIND_LEGACY, KIND_VERSIONED = 1, 2  # Admission.kinds (capsules.c: the same bits)
+
+# The plans a stored route replays: the capsule as it is, or relabelled zero-copy (same width).
+_REPLAYED = ("native", "reinterpret")
+
+
+def _admission(info: DLPackInfo, target: FastRoute, caps: Capabilities, plan: Plan) -> Admission:
+    """The capsules that get the same record as ``info`` (dense C order, writable or read-only, with or
+    without an offset, either capsule kind), by the rules above: a READ_ONLY capsule differs only where
+    the consumer has no read-only arrays (``drop_readonly``, ``_refusal``), an offset only where it needs
+    strides for one (``needs_dense``), a versioned capsule only where it reads legacy ones alone
+    (``_refusal``); below the consumer's import alignment its import is another one (the adapter's
+    ``import_alignment``: it copies through the host)."""
+    wire, (device_type, device_id) = BY_NAME[plan.wire], info.device
+    return Admission(
+        wire=wire.code | wire.bits << 8 | wire.lanes << 16,
+        triple=info.code | info.bits << 8 | info.lanes << 16,
+        device_type=device_type,
+        device_id=device_id,
+        kinds=KIND_LEGACY | (KIND_VERSIONED if caps.versioned_capsules else 0),
+        readonly_ok=caps.readonly_arrays,
+        offset_ok=not caps.offset_needs_strides,
+        align=target.import_alignment(caps),
     )
 
 
@@ -312,24 +212,20 @@ def _fp4(
 ) -> Handoff | None:
     """fp4 in another layout than the consumer imports: another dtype (pairs), or one value a byte (a
     padded capsule, which a consumer importing float4_e2m1fn would read as two values a byte); None
-    where the other rules decide. A caller's raw capsule is never rewritten or repacked: a padded one
-    the consumer would misread is refused, the others go to the dtype rules (a refusal or a view)."""
+    where the other rules decide. A caller's raw capsule is relabelled where the bytes agree without
+    touching its shape (one value a byte to NumPy: zero-copy, restored if refused), never repacked or
+    reshaped: otherwise refused, naming the fix (pass the array)."""
     padded = bool(info.flags & FLAG_PADDED)
     if info.dtype in caps.imports and not padded:
         return None
-    if raw:
-        if not padded or info.dtype not in caps.imports:
-            return None
-        return Handoff(who, target.name, info, LayoutError, (
-            f"to_{target.name}(): {info.describe()} holds one fp4 value a byte (IS_SUBBYTE_TYPE_PADDED), which "
-            f"{caps.consumer} would read as two a byte; dlbridge repacks arrays, not raw capsules: pass the array itself"
-        ))  # fmt: skip
     found = subbyte_plan(info, caps, target, source, fallback, copy)
     if found is None:
         return None
     kind, error, message = found
-    if error is not None:
+    if error is not None and not (raw and copy is False):  # (an odd count: no array would do either)
         return Handoff(who, target.name, info, error, message)
+    if raw and kind != "elements":  # a caller's capsule is relabelled (restored if refused), never repacked
+        return Handoff(who, target.name, info, LayoutError, raw_fp4_refusal(info, target, caps, kind))
     return Handoff(who, target.name, info, keep=kind == "same", fp4=None if kind == "same" else kind,
                    copy=copy is True)  # fmt: skip
 

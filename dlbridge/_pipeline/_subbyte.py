@@ -16,7 +16,7 @@ pairs, padded -> NumPy: zero-copy); otherwise the values are repacked on the hos
 under ``copy=False``). For an fp4 capsule its target
 does not import as it is (``_handoff.decide`` asks :func:`plan`, the pipeline calls :func:`run`); NumPy's
 ml_dtypes arrays, which NumPy cannot export, are exported as flagged one-value-a-byte capsules
-(:func:`padded_export`, the NumPy adapter's ``export_failed``).
+(``_capsule._edit.mark_padded``, the NumPy adapter's ``export_failed``).
 """
 
 from __future__ import annotations
@@ -28,27 +28,18 @@ from typing import Any
 
 from .._adapters import HOST, Adapter, export_capsule
 from .._capabilities import Capabilities
-from .._capsule._edit import rewrite
-from .._capsule._read import (
-    _OFF_VERSIONED_FLAGS,
-    _OFF_VERSIONED_TENSOR,
-    VERSIONED,
-    DLPackInfo,
-    _get_name,
-    _Head,
-    _tensor_address,
-    c_strides,
-)
+from .._capsule._abi import FLAG_PADDED
+from .._capsule._edit import mark_padded, restore, rewrite, set_shape
+from .._capsule._read import DLPackInfo, c_strides
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, LayoutError
 from .._options import Fallback
 
-__all__ = ["FP4", "PAIRS", "FLAG_PADDED", "plan", "run", "padded_export", "handles_fp4", "pack", "padded_capsule",
+__all__ = ["FP4", "PAIRS", "FLAG_PADDED", "plan", "run", "handles_fp4", "pack", "padded_capsule",
            "unpack"]  # fmt: skip
 
 FP4 = "float4_e2m1fn"
 PAIRS = "float4_e2m1fn_x2"
-FLAG_PADDED = 1 << 2  # DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (dlpack.h, DLPack 1.1)
 
 
 # --- the repacking (NumPy host arrays of uint8 codes) -------------------------------------------
@@ -130,10 +121,15 @@ def run(kind: str, capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabi
         pairs = _pairs_info(info)
         _as_pairs(capsule, info, target)
         return _import(capsule, pairs, target, caps, None, copy)
-    if kind == "elements":
+    if kind == "elements":  # also a caller's raw capsule: relabelled, and restored if the host refuses it
         u8 = replace(info, dtype="uint8", code=1, bits=8, lanes=1)
-        rewrite(capsule, BY_NAME["uint8"], None, False)
-        return _fp4_view(_import(capsule, u8, HOST, HOST.capabilities(), None, copy))
+        saved = rewrite(capsule, BY_NAME["uint8"], None, False)
+        try:
+            host = _import(capsule, u8, HOST, HOST.capabilities(), None, copy)
+        except BaseException:
+            restore(capsule, saved)
+            raise
+        return _fp4_view(host)
     codes = _codes(capsule, info)
     del capsule  # unconsumed: the producer's destructor frees it
     return _deliver(codes, info, target, _form(caps) or "elements")
@@ -148,13 +144,6 @@ def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities,
     record = decide(info, target, caps, "raise", dtype, copy)
     record.raise_error()
     return import_capsule(capsule, info, target, caps, record, copy)
-
-
-def padded_export(arr: Any) -> Any:
-    """A NumPy ml_dtypes float4_e2m1fn array (one value a byte, which NumPy cannot export) as a
-    versioned capsule of its bytes, dtype (17, 4, 1), flagged IS_SUBBYTE_TYPE_PADDED: dlbridge reads
-    the flag (``plan``), so the capsule is versioned whatever the consumer reads."""
-    return padded_capsule(arr.view(HOST.mod.uint8), (1, 3))
 
 
 def _deliver(codes: Any, info: DLPackInfo, target: Adapter, form: str) -> Any:
@@ -188,20 +177,14 @@ def _as_pairs(capsule: Any, info: DLPackInfo, target: Adapter) -> None:
         raise LayoutError(_odd_message(info, target))
     pairs = _pairs_info(info)
     rewrite(capsule, BY_NAME[PAIRS], None, False)
-    head = _Head.from_address(_tensor_address(capsule))
-    (ctypes.c_int64 * info.ndim).from_address(head.shape)[:] = list(pairs.shape)
-    if head.strides:
-        (ctypes.c_int64 * info.ndim).from_address(head.strides)[:] = list(pairs.strides or ())
+    set_shape(capsule, pairs.shape, pairs.strides)
 
 
 def padded_capsule(elements_u8: Any, max_version: tuple[int, int] | None) -> Any:
     """A capsule describing one-value-a-byte fp4 (``elements_u8``: its bytes as uint8): dtype (17, 4, 1),
     flagged IS_SUBBYTE_TYPE_PADDED where the capsule is versioned (for describing it: ``inspect``)."""
     capsule = export_capsule(elements_u8, stream=None, max_version=max_version)
-    rewrite(capsule, BY_NAME[FP4], None, False)
-    if _get_name(capsule) == VERSIONED:
-        address = _tensor_address(capsule) - _OFF_VERSIONED_TENSOR + _OFF_VERSIONED_FLAGS
-        ctypes.c_uint64.from_address(address).value |= FLAG_PADDED
+    mark_padded(capsule, BY_NAME[FP4])
     return capsule
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections import ChainMap
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .._adapters import ADAPTERS, PRODUCER_ONLY, Adapter
+from .._adapters import ADAPTERS, ALL_ADAPTERS, HOST, Adapter
 from .._adapters._support import findable
 from .._dtypes import BY_NAME, FLOAT8, decode_table, short_name
 
@@ -22,10 +22,10 @@ __all__ = ["FRAMEWORKS", "CONSUMERS", "REPORTED", "DEVICES", "BASE_DTYPES", "ins
            "install_hint", "Ref", "reference", "upcast_bits", "make_source", "native_import", "gpu_info",
            "LAYOUTS", "LAYOUT_DTYPE", "layout_ref", "SUBBYTE_DTYPES", "fp4_codes"]  # fmt: skip
 
-# Every framework the report probes: the registry's (producers and consumers), then the frameworks
-# dlbridge only reads arrays from (producers only: rows of the matrix, never columns). A live view:
-# adapters registered later are found too; it iterates the registry's first.
-REPORTED: ChainMap[str, Adapter] = ChainMap({a.name: a for a in PRODUCER_ONLY if a.name not in ADAPTERS}, ADAPTERS)
+# Every framework the report probes, in the registry's order: the frameworks dlbridge converts into and
+# those it only reads arrays from (producers only: rows of the matrix, never columns). A live view:
+# frameworks registered later are found too.
+REPORTED: Mapping[str, Adapter] = ALL_ADAPTERS
 FRAMEWORKS: tuple[str, ...] = tuple(REPORTED)
 CONSUMERS: tuple[str, ...] = tuple(ADAPTERS)
 DEVICES = ("cpu", "cuda")
@@ -165,6 +165,9 @@ def make_source(framework: str, device: str, ref: Ref, layout: str = "dense") ->
     ``layout`` "transposed" or "readonly": a view of the dense source made by the adapter."""
     adapter = REPORTED[framework]
     src = adapter.prober.make_from_bits(ref.data, ref.dtype, ref.shape, device)
+    if src is None:  # the framework builds its arrays from the host framework's (NumPy's)
+        host = HOST.mod.frombuffer(ref.data, dtype="u1").view(HOST.prober.dtype_for(ref.dtype)).reshape(ref.shape)
+        src = adapter.prober.make_array(host, device)
     if layout == "dense":
         return src
     view = adapter.prober.transpose(src) if layout == "transposed" else adapter.prober.make_readonly(src)

@@ -13,12 +13,21 @@ from importlib import metadata
 from .. import _accelerator
 from .._adapters import ADAPTERS
 from .._adapters._support import findable
-from .._capabilities import TABLE, Capabilities, capabilities, missing_requirements
+from .._capabilities import (
+    Capabilities,
+    capabilities,
+    missing_requirements,
+    parse_version,
+    split_requirement,
+    table,
+    version_notes,
+)
 from .._dtypes import BY_NAME, FLOAT8
 from .._options import ENV_VAR, get_default_fallback
+from .._rows import SUPPORT
 from ._cases import BASE_DTYPES, CONSUMERS, REPORTED, install_hint
 
-__all__ = ["installed_versions", "hazards", "doctor_text", "COMPANIONS"]
+__all__ = ["installed_versions", "hazards", "doctor_text", "COMPANIONS", "support_notes"]
 
 # Distributions listed beside the frameworks (compiled halves, dtype add-ons), in registry order.
 COMPANIONS: tuple[str, ...] = tuple(dict.fromkeys(c for a in REPORTED.values() for c in a.companions))
@@ -55,8 +64,29 @@ def installed_versions() -> dict[str, str | None]:
     return found
 
 
+def support_notes(versions: dict[str, str | None], names: tuple[str, ...] | list[str] = tuple(REPORTED)) -> list[str]:
+    """One line per framework of ``names`` whose installed version dlbridge does not support or has not
+    probed: below its floor (pyproject's extra), outside the releases its rows were probed on (their
+    predictions unverified there), or beside a companion older than its extra asks for (the rows'
+    ``SUPPORT``)."""
+    out: list[str] = []
+    for name in names:
+        version = versions.get(name)
+        if not version or name not in REPORTED or name not in SUPPORT:
+            continue
+        who = f"{REPORTED[name].display} {version}"
+        out += [f"{who} is {note}" for note in version_notes(name, version)]
+        for wanted in SUPPORT[name].extra[1:]:
+            module, minimum = split_requirement(wanted)
+            have = versions.get(module)
+            if have and minimum and have != "unknown version" and parse_version(have) < parse_version(minimum):
+                out.append(f"{who} needs {wanted} beside it (dlbridge's [{REPORTED[name].extra}] extra), and {module} "
+                           f'{have} is installed: pip install -U "{wanted}"')  # fmt: skip
+    return out
+
+
 def _source(consumer: str, what: str) -> str:
-    return next((r.source for r in TABLE if r.consumer == consumer and r.what == what), "")
+    return next((r.source for r in table() if r.consumer == consumer and r.what == what), "")
 
 
 def _names(dtypes: set[str]) -> str:
@@ -126,7 +156,7 @@ def _layout_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
     """Strides the framework refuses or misreads (dlbridge hands it a dense copy)."""
     out: list[str] = []
     if not caps.negative_strides and not caps.compact_only:
-        # The table has no negative_strides row for it; see the comment in _capabilities.TABLE.
+        # The table has no negative_strides row for it; see the comment in its rows (dlbridge/_rows/).
         seen = (
             "it refuses a reversed view, a[::-1]"
             if caps.copies_imports
@@ -153,6 +183,13 @@ def _import_hazards(name: str, caps: Capabilities, who: str) -> list[str]:
     if caps.exports_uint8:
         out.append(f"{who} exports {_names(set(caps.exports_uint8))} arrays labelled uint8; dlbridge relabels its "
                    "own exports with the true dtype.")  # fmt: skip
+    if caps.exports_as_float:
+        out.append(f"{who} exports {_names(set(caps.exports_as_float))} arrays labelled kDLFloat of their width, "
+                   "which no consumer reads right; dlbridge relabels its own exports with the true dtype, and "
+                   "refuses such a bare capsule (CapsuleError).")  # fmt: skip
+    if caps.cannot_export:
+        out.append(f"{who} cannot export {_names(set(caps.cannot_export))} arrays through DLPack; dlbridge "
+                   "refuses them before asking it (UnsupportedDtypeError naming the fix).")  # fmt: skip
     if caps.readonly_imports:
         out.append(f"{who} imports every DLPack capsule as a read-only array; {ADAPTERS[name].readonly_imports_note}")
     if caps.offset_needs_strides:
@@ -183,6 +220,10 @@ def doctor_text() -> str:
     if len(missing) == len(CONSUMERS):
         lines += ["", f"no framework is installed: install the ones you use, e.g. {install_hint(CONSUMERS[:1])} "
                   f"(extras: {', '.join(ADAPTERS[n].extra or n for n in CONSUMERS)})."]  # fmt: skip
+    unsupported = support_notes(versions)
+    if unsupported:
+        lines += ["", f"versions outside what dlbridge supports or has probed ({len(unsupported)}):"]
+        lines += [f"  - {n}" for n in unsupported]
     found = hazards(versions)
     lines += ["", f"hazards known to the capability table ({len(found)}):"]
     lines += [f"  - {h}" for h in found] or ["  none"]

@@ -118,6 +118,10 @@ def _header(report: Report) -> list[str]:
             probed = f"{installed.get(name) or '?'} (not probed: importing it failed: {failed[name]})"
         rows.append((name, probed or (f"{installed[name]} (not probed)" if installed.get(name) else "not installed")))
     rows.append(("dlbridge", m["dlbridge"]))
+    notes = m.get("support")
+    if notes is not None:  # below a floor, or outside the releases the rows were probed on
+        rows.append(("supported versions", "; ".join(notes) if notes else "every framework probed is at or above "
+                     "dlbridge's floor and inside the releases its capability rows were probed on"))  # fmt: skip
     rows.append(("command", f"`{m['command']}`"))
     took = f"{m['elapsed_s']} s, {m['jobs']} worker processes"
     if m.get("partial"):
@@ -263,7 +267,7 @@ def _summary(report: Report) -> list[str]:
 def _disagreements(report: Report) -> list[str]:
     found = report.disagreements()
     out = ["## Table disagrees", "",
-           "Cells where the capability table (`dlbridge._capabilities.TABLE`, adjusted for runtime settings such "
+           "Cells where the capability table (`dlbridge._capabilities.table()`, adjusted for runtime settings such "
            "as a framework's 64-bit mode) predicted a different native outcome than the probe saw (for layout "
            "cells also a different read-only result or dlbridge outcome), and producer capsules whose dtype the "
            "export rows did not predict. Cells where the producer itself refused to export are not compared.",
@@ -282,8 +286,9 @@ def _producers_only(report: Report) -> list[str]:
         out.append(f"- {names}: a producer only (dlbridge reads its arrays and converts into none): rows, no column.")
     readonly = [k.replace(":", " on ") for k in report.meta.get("readonly_sources", ())]
     if readonly:
-        out.append(f"- Every array of {', '.join(readonly)} is read-only (its capsules are flagged READ_ONLY): "
-                   "its cells are judged as read-only sources, and consumers whose arrays cannot be read-only get "
+        out.append(f"- Every array of {', '.join(readonly)} is read-only (its capsules are flagged READ_ONLY, or, "
+                   "from a producer that cannot flag them, refused by dlbridge): its cells are judged as read-only "
+                   "sources, and consumers whose arrays cannot be read-only get "
                    "`ReadOnlyError` from dlbridge (`🛡 refused`; `copy=True` converts).")  # fmt: skip
     return out
 

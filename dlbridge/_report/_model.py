@@ -8,7 +8,7 @@ from typing import Any
 from .._adapters import ADAPTERS
 from .._capabilities import Capabilities
 from .._capsule._read import DLPackInfo, device_name
-from .._dtypes import BY_NAME
+from .._dtypes import BY_NAME, DType, dtype_name
 from .._errors import ReadOnlyError
 from .._pipeline._devices import home_of
 from .._pipeline._handoff import Handoff, decide
@@ -51,7 +51,7 @@ class Cell:
     consumer: str
     dtype: str
     attempts: dict[str, Attempt] = field(default_factory=dict)
-    predicted: str | None = None  # what the capability table says native does: "ok", "error", "crash"
+    predicted: str | None = None  # what the capability table says native does: "ok", "wrong", "error", "crash"
     layout: str = "dense"  # or one of _cases.LAYOUTS: a transposed or read-only view as the source
     predicted_readonly: bool | None = None  # layout cells: whether a native result is read-only
     predicted_dlbridge: str | None = None  # layout cells: "ok", "copy", "readonly" or "ReadOnlyError"
@@ -94,9 +94,13 @@ class Cell:
             said = "read-only" if self.predicted_readonly else "writable"
             got = "read-only" if self.native.readonly else "writable"
             return f"table: {self.consumer} makes a {said} array of it; probe: from_dlpack returned a {got} one"
-        if (self.predicted == "ok") == (seen == "ok") and (self.predicted == "crash") == (seen == "crash"):
+        if self.predicted == "wrong":  # the producer's capsule mislabels it (producer rows): a wrong dtype
+            if seen == "wrong":
+                return None
+        elif (self.predicted == "ok") == (seen == "ok") and (self.predicted == "crash") == (seen == "crash"):
             return None
-        said = {"ok": "imports it", "error": "does not import it", "crash": "crashes on it"}[self.predicted]
+        said = {"ok": "imports it", "error": "does not import it", "crash": "crashes on it",
+                "wrong": "imports the producer's mislabelled capsule as another dtype"}[self.predicted]  # fmt: skip
         if seen == "ok":
             found = "from_dlpack returned the right values"
         elif seen == "crash":
@@ -163,28 +167,38 @@ class Export:
     dtype: str
     raw: str  # the dtype its own __dlpack__() capsule says, or "refused: <error>"
     adapter: str  # the same through dlbridge's export (the adapter's fixes), or "refused: <error>"
-    predicted: str  # "refused" (cannot_export), "uint8" (exports_uint8), or the dtype itself
+    predicted: str  # "refused" (cannot_export), the label the producer rows say its capsule has, or the dtype
 
     @property
     def label(self) -> str:
         return f"{self.producer}:{self.producer_device} exports {self.dtype}"
 
     def disagreement(self) -> str | None:
+        return self._raw_disagreement() or self._adapter_disagreement()
+
+    def _raw_disagreement(self) -> str | None:
         refused = self.raw.startswith("refused")
         if self.predicted == "refused":
             if refused:
                 return None
             said = "cannot export it"
-        elif self.predicted == "uint8":
-            if self.raw == "uint8":
+        elif self.predicted != self.dtype:  # a mislabel the rows know (exports_uint8, exports_as_float)
+            if self.raw == self.predicted:
                 return None
-            said = "labels its capsule uint8"
+            said = f"labels its capsule {self.predicted}"
         else:  # exported as is, or (NumPy's ml_dtypes arrays) through the adapter's export
             if self.raw == self.dtype or (refused and self.adapter == self.dtype):
                 return None
             said = "exports it as is"
         found = self.raw if refused else f"__dlpack__() says {self.raw}"
         return f"table: {self.producer} {said}; probe: {found} (dlbridge's export: {self.adapter})"
+
+    def _adapter_disagreement(self) -> str | None:
+        """dlbridge's own export (the adapter's) must say the true dtype, or refuse: a capsule it makes
+        with another label would hand every consumer the wrong dtype."""
+        if self.adapter == self.dtype or self.adapter.startswith("refused"):
+            return None
+        return f"dlbridge's export of {self.producer}'s {self.dtype} says {self.adapter} (its __dlpack__: {self.raw})"
 
     def as_dict(self) -> dict[str, Any]:
         return {"producer": self.producer, "producer_device": self.producer_device, "dtype": self.dtype,
@@ -247,18 +261,28 @@ def capabilities_of(entry: dict[str, Any]) -> Capabilities:
 
 def predict(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> str | None:
     """What the capability table says the consumer's own from_dlpack does with this cell's dense
-    capsule: "ok" where the pipeline would import it as it is (``Handoff.native_import``), else
-    "crash" where the consumer crashes on what it rejects, or "error". A device the consumer cannot
-    use is "error" (the pipeline's device rule, ``_devices.home_of``)."""
+    capsule, as the producer rows say the producer labels it (``predict_export``): "ok" where the
+    pipeline would import that label as it is (``Handoff.native_import``) and it is the true dtype,
+    "wrong" where it is another (the consumer imports a mislabelled capsule; a consumer that reads
+    bool off the source itself, ``detects_bool_sources``, gets it right), else "crash" where the
+    consumer crashes on what it rejects, or "error". A device the consumer cannot use is "error" (the
+    pipeline's device rule, ``_devices.home_of``); a dtype the producer cannot export is "error" (no
+    capsule: the cell is then judged as the producer's refusal, not the consumer's). A read-only source
+    of a producer that makes legacy capsules only: None (its capsule cannot say read-only, and pyarrow
+    < 26's has no data: what a consumer makes of it is undefined)."""
     entry = caps.get(cell.consumer)
-    if entry is None:
+    if entry is None or _legacy_readonly(cell, caps):
         return None
     c = capabilities_of(entry)
-    record = _decided(cell, c, device_codes, "dense", readonly=False)
+    label = predict_export(cell.producer, cell.dtype, caps)
+    if label == "refused":
+        return "error"
+    record = _decided(cell, c, device_codes, "dense", readonly=False, label=label)
     if record is None:
         return "error"  # the consumer cannot use the producer's device (the pipeline moves it first)
     if record.native_import:
-        return "ok"
+        right = label == cell.dtype or (cell.dtype == "bool" and c.detects_bool_sources)
+        return "ok" if right else "wrong"
     return "crash" if c.crashes_on_reject else "error"
 
 
@@ -273,6 +297,9 @@ def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int
     """
     c = caps.get(cell.consumer)
     cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge = predict(cell, caps, device_codes), None, None
+    if c is not None and _legacy_readonly(cell, caps):  # dlbridge refuses it before the producer is asked
+        cell.predicted_dlbridge = _dlbridge_layout(cell, capabilities_of(c), device_codes, legacy=True)
+        return
     if c is None or cell.predicted != "ok":  # another device, or a dtype it does not import
         return
     readonly = c["readonly_arrays"] or c["readonly_imports"]
@@ -284,28 +311,37 @@ def predict_layout(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int
     cell.predicted_dlbridge = _dlbridge_layout(cell, capabilities_of(c), device_codes)
 
 
+def _legacy_readonly(cell: Cell, caps: dict[str, Any]) -> bool:
+    """Whether the cell's source is read-only and its producer makes legacy capsules only (its rows)."""
+    readonly = cell.layout == "readonly" or cell.readonly_source
+    return readonly and bool(caps.get(cell.producer, {}).get("exports_legacy_only"))
+
+
 def _decided(cell: Cell, caps: Capabilities, device_codes: dict[str, int], layout: str,
-             readonly: bool) -> Handoff | None:  # fmt: skip
+             readonly: bool, label: str | None = None, legacy: bool = False) -> Handoff | None:  # fmt: skip
     """``decide``'s record for the cell's source (``layout``, ``readonly``) as its producer exports it
-    for ``caps`` (versioned where the consumer reads versioned capsules) on the producer's device;
-    None where the consumer cannot use that device (``home_of``: the pipeline moves the memory)."""
+    for ``caps`` (versioned where the consumer reads versioned capsules and the producer makes them,
+    not ``legacy``) on the producer's device; None where the consumer cannot use that device
+    (``home_of``: the pipeline moves the memory)."""
     target = ADAPTERS[cell.consumer]
     home, usable = home_of((device_codes[cell.producer_device], 0), target)
     if not usable:
         return None
     shape, strides = ((6, 4), (1, 6)) if layout == "transposed" else ((4, 6), None)
-    d, versioned = BY_NAME[cell.dtype], caps.versioned_capsules
-    info = DLPackInfo(cell.dtype, d.code, d.bits, d.lanes, device_name(home[0]), home[1], shape, strides, 0, 64,
+    label = label or cell.dtype  # the dtype the producer's capsule says (its export rows)
+    d, versioned = BY_NAME.get(label) or _FLOAT_LABELS[label], caps.versioned_capsules and not legacy
+    info = DLPackInfo(label, d.code, d.bits, d.lanes, device_name(home[0]), home[1], shape, strides, 0, 64,
                       readonly, versioned, (1, 3) if versioned else None, cell.producer, device_code=home[0])  # fmt: skip
     return decide(info, target, caps, "raise", None, None, source=REPORTED.get(cell.producer))
 
 
-def _dlbridge_layout(cell: Cell, caps: Capabilities, device_codes: dict[str, int]) -> str | None:
+def _dlbridge_layout(cell: Cell, caps: Capabilities, device_codes: dict[str, int], legacy: bool = False) -> str | None:
     """What ``decide`` does with the layout cell's capsule (as the producer exports it for ``caps``):
     "ok", "copy" (a dense copy first), "readonly" (shared read-only: the capsule's READ_ONLY honoured,
-    or the consumer's arrays are immutable) or "ReadOnlyError"."""
+    or the consumer's arrays are immutable) or "ReadOnlyError". ``legacy``: the producer makes legacy
+    capsules only (its rows), which a read-only array is never exported as."""
     readonly = cell.layout == "readonly" or cell.readonly_source
-    record = _decided(cell, caps, device_codes, cell.layout, readonly)
+    record = _decided(cell, caps, device_codes, cell.layout, readonly, legacy=legacy)
     if record is None or record.error is not None:
         return "ReadOnlyError" if record is not None and record.error is ReadOnlyError else None
     if record.dense is not None:
@@ -316,8 +352,18 @@ def _dlbridge_layout(cell: Cell, caps: Capabilities, device_codes: dict[str, int
 
 
 def predict_export(producer: str, dtype: str, caps: dict[str, Any]) -> str:
-    """What the producer rows say its own capsule for ``dtype`` is: "refused", "uint8" or ``dtype``."""
+    """What the producer rows say its own capsule for ``dtype`` is: "refused", the label it has
+    ("uint8" for exports_uint8, "float8" for kDLFloat with 8 bits, exports_as_float) or ``dtype``."""
     c = caps.get(producer, {})
     if dtype in c.get("cannot_export", ()):
         return "refused"
-    return "uint8" if dtype in c.get("exports_uint8", ()) else dtype
+    d = BY_NAME[dtype]
+    if dtype in c.get("exports_uint8", ()):
+        return "uint8"
+    if dtype in c.get("exports_as_float", ()):
+        return dtype_name(2, d.bits, d.lanes)
+    return dtype
+
+
+# The kDLFloat labels of producers that label by kind (exports_as_float): no dtype dlbridge names.
+_FLOAT_LABELS = {dtype_name(2, bits): DType(2, bits) for bits in (4, 6, 8)}

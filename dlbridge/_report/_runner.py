@@ -35,6 +35,7 @@ from ._cases import (
     REPORTED,
     SUBBYTE_DTYPES,
 )
+from ._doctor import support_notes
 from ._model import ATTEMPTS, Attempt, Cell, Export, Report, predict, predict_export, predict_layout
 
 __all__ = ["run_report", "Progress"]
@@ -235,6 +236,7 @@ def run_report(frameworks: list[str], devices: list[str], dtypes: list[str] | No
     meta["cells_planned"], meta["cells_done"] = len(cells), len(done) + len(layouts_done)
     meta["import_failed"] = broken
     meta["readonly_sources"] = hello.get("readonly_sources", [])
+    meta["support"] = support_notes(hello["versions"], frameworks)
     versions = {**hello["versions"], "dlbridge": meta["dlbridge"], "python": meta["python"]}
     return Report(meta, versions, done, not_made, hello["caps"], layouts_done, _exports(hello))
 

@@ -23,9 +23,10 @@ from typing import Any
 
 from .._adapters import ADAPTERS
 from .._adapters._support import findable
+from .._capsule._probe import probe
 from .._capsule._read import c_strides, read
-from .._dtypes import BY_NAME, unsigned_of_width
-from .._errors import DLBridgeError
+from .._dtypes import BY_NAME, dtype_name, unsigned_of_width
+from .._errors import DLBridgeError, ReadOnlyError
 from .._options import NOT_GIVEN
 from .._pipeline._export import inspect
 from ._cases import (
@@ -88,10 +89,19 @@ def _native(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
         out = native_import(consumer, src)
     except Exception as err:
         return {"status": "error", "error": _error(err), "clean": False, "export_failed": _export_fails(src)}
-    wrong = _check(consumer, out, ref, task["dtype"], ref.data)
-    zero_copy = ADAPTERS[consumer].data_ptr(out) == REPORTED[task["producer"]].data_ptr(src)
+    try:
+        wrong = _check(consumer, out, ref, task["dtype"], ref.data)
+        zero_copy = ADAPTERS[consumer].data_ptr(out) == REPORTED[task["producer"]].data_ptr(src)
+    except Exception as err:  # the prober's own failure: said as such (never a crash of the consumer)
+        return {**_unreadable(err), "export_failed": _export_fails(src), "mode": "native"}
     found = {"status": "wrong" if wrong else "ok", "error": wrong, "zero_copy": zero_copy, "mode": "native"}
     return _readonly(task, out, found)
+
+
+def _unreadable(err: BaseException) -> dict[str, Any]:
+    """A result the report's prober could not read back (memory that is not the host's, a tensor
+    without storage): the attempt's outcome is unknown, said as an error of the prober."""
+    return {"status": "error", "error": f"unreadable result (the report's prober: {_error(err)})", "clean": False}
 
 
 def _readonly(task: dict[str, Any], out: Any, found: dict[str, Any]) -> dict[str, Any]:
@@ -109,10 +119,12 @@ def _export_fails(src: Any) -> bool:
     if not hasattr(type(src), "__dlpack__"):
         return True
     try:
-        src.__dlpack__()  # the unconsumed capsule is freed by its destructor
+        raw = probe(src.__dlpack__())  # the unconsumed capsule is freed by its destructor
         device = src.__dlpack_device__()
     except Exception:
         return True
+    if raw is None or (not raw[4] and 0 not in raw[11]):  # unreadable, or no data for a non-empty array
+        return True  # (pyarrow < 26: an immutable Tensor's legacy capsule has a NULL data pointer)
     return not (len(device) == 2 and all(isinstance(d, int) for d in device))
 
 
@@ -134,6 +146,15 @@ def _dlbridge(task: dict[str, Any], src: Any, ref: Ref) -> dict[str, Any]:
     except Exception as err:
         return {"status": "error", "error": _error(err), "clean": isinstance(err, DLBridgeError), "mode": "raise",
                 "steps": str(record)}  # fmt: skip
+    try:
+        return _judged(task, out, src, ref, mode, record)
+    except Exception as err:  # the prober's own failure on dlbridge's result: a failure, said as the prober's
+        return {**_unreadable(err), "mode": mode, "steps": str(record)}
+
+
+def _judged(task: dict[str, Any], out: Any, src: Any, ref: Ref, mode: str, record: Any) -> dict[str, Any]:
+    """A dlbridge result checked against the source and the record ``explain`` gave for it."""
+    consumer = task["consumer"]
     flat = ref.data
     if mode == "view":
         want = unsigned_of_width(BY_NAME[ref.dtype].width) or "?"
@@ -159,7 +180,10 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     except Exception as err:
         return {"status": "skip", "error": f"producer cannot make it: {_error(err)}"}
     attempt = _native if task["attempt"] == "native" else _dlbridge
-    return attempt(task, src, layout_ref(ref, layout))
+    try:
+        return attempt(task, src, layout_ref(ref, layout))
+    except Exception as err:  # the report's own code failed: said as such, never counted as a crash
+        return {"status": "error", "error": f"the report's prober failed: {_error(err)}", "clean": False}
 
 
 # --- hello: what this stack is ------------------------------------------------------------------
@@ -200,9 +224,12 @@ def _makes(framework: str, device: str, dtypes: list[str]) -> dict[str, str | No
 
 
 def _capsule_dtype(make: Any) -> str:
-    """The dtype a capsule from ``make()`` says, or "refused: <error>" when making it raises."""
+    """The dtype a capsule from ``make()`` says (its label, also one dlbridge refuses to read, such as
+    kDLFloat with 8 bits: "float8"), or "refused: <error>" when making it raises."""
     try:
-        return read(make()).dtype  # the unconsumed capsule is freed by its destructor
+        capsule = make()  # the unconsumed capsule is freed by its destructor
+        raw = probe(capsule)
+        return read(capsule).dtype if raw is None else dtype_name(raw[8], raw[9], raw[10])
     except Exception as err:
         return f"refused: {_error(err)}"
 
@@ -259,6 +286,8 @@ def _readonly_source(framework: str, device: str) -> bool:
     Arrow's): its dense cells are then judged as read-only sources."""
     try:
         return inspect(make_source(framework, device, reference(LAYOUT_DTYPE))).readonly
+    except ReadOnlyError:  # a producer that cannot mark a capsule read-only (pyarrow < 26): refused as such
+        return True
     except Exception:
         return False
 

@@ -1,84 +1,115 @@
-"""The fast route's GPU half: the export of a GPU array of a framework's own type, with the stream
-handshake done once.
+"""The fast route's GPU steps: where a framework's own GPU array is, which stream its consumer reads on,
+and its export, with the stream handshake done right or not at all (the Python twin of the GPU half of
+``dlbridge/_csrc/route.c``: the same steps, in the same order).
 
-The route (``_route``) replays CPU memory on its first half, compiled or not, and declines GPU arrays
-before exporting them (their guards fail: torch's ``is_cpu``; CuPy's arrays have no CPU entry). The
-declined call comes to ``_route._pipeline``, which asks here first: for an array whose type the
-pipeline converted before (``note``), on a GPU the consumer can use, the export is the pipeline's —
-the stream ``_pipeline._devices.handshake`` picks (the consumer's current stream on the array's device:
-torch's ``torch.cuda.current_stream``, CuPy's ``get_current_stream``) handed to the producer's
-``__dlpack__(stream=)`` (``source.export``), inside ``_devices.on_device`` (torch refuses, and CuPy
-records its event on, the current device only) — so the producer makes that stream wait for its work,
-once. The route then checks the capsule and imports it as it does a CPU one (``_route._deliver``), with
-the record ``_handoff.decide`` made for that (consumer row, dtype, fallback, device); the consumer
-is handed the capsule, or a ``Carrier`` saying the device, and does not ask the producer again.
+The DLPack stream rule (torch's ``Tensor.__dlpack__``, CuPy's ``ndarray.__dlpack__`` in
+``cupy/_core/core.pyx``): the consumer's stream must wait for the producer's work only where the two
+streams differ. So the consumer's current stream on the array's device is asked once
+(``State.stream_query``: torch's DLPack C exchange API ``current_work_stream``, or the framework's own
+query), and then:
 
-Declined before any export: an unknown type, a guard (autograd, a lazy conjugate or negative bit, a
-non-strided layout), another device, a consumer that picks its own stream (JAX: the pipeline's
-deferred export hands the producer the stream JAX asks with). After the export (rarely: a strided
-capsule, an import that fails) the pipeline converts ``x`` again and says what went wrong. The rule for
-errors is the route's: an ``Exception`` declines, except ``MemoryError``; an ``Exception`` the export
-itself raised is handed to the pipeline, which handles it without asking the producer again.
+- on the compiled route, a producer with a DLPack C exchange API (torch; ``managed_tensor_from_py_object_no_sync``
+  does no synchronisation, dlpack.h) whose own current stream on that device is the consumer's is exported
+  that way: no event is needed (here, in Python, the producer's own ``__dlpack__`` does the same: its
+  tensor needs a capsule with a C destructor, see ``_capsule/_exchange.py``);
+- otherwise the producer is handed the consumer's stream in ``__dlpack__(stream=, max_version=)`` and
+  makes the consumer wait itself, where its array is on its current device (``Producer.current_device``:
+  torch refuses other devices' tensors, CuPy records its event on the current device's stream); where
+  it is elsewhere the route declines before any export, and the pipeline switches device first.
+
+A consumer that picks its stream itself when it asks for the capsule (JAX: ``State.deferred``; XLA
+hands out its external-ready-event streams round-robin, so asking first and letting it ask again gives
+another stream) is handed a ``DeferredCarrier``: the export happens inside its ``from_dlpack``, with the
+stream it passes, and the capsule is checked against the stored route before it gets it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .._adapters import Adapter
-from .._capsule._read import GPU_CODES
-from .._pipeline._devices import handshake, on_device
-from ._records import guards_hold
+from .._capsule._abi import dlpack_stream
+from .._capsule._carriers import DeferredCarrier
+from .._capsule._edit import relabel_triple
+from .._capsule._exchange import current_work_stream
+from ._records import EXPORT_METHOD_LEGACY
 
-__all__ = ["export", "note"]
+__all__ = ["device_of", "consumer_stream", "export", "Declined"]
 
-_VERSION = (1, 3)
-
-# exact type -> (source adapter, guards): GPU arrays of the type take this half; absent: the pipeline
-# (noted as arrays of each type pass the pipeline, ``note``; an entry is replaced whole, never edited).
-_producers: dict[type, tuple[Adapter, tuple[tuple[str, bool, Any], ...]]] = {}
+VERSION = (1, 3)
 
 
-def note(cls: type, source: Adapter | None) -> None:
-    """After the pipeline converted an array of type ``cls``: whether its GPU arrays take this half."""
-    guards = source.fast_gpu_export(cls) if source is not None else None
-    if guards is None:
-        _producers.pop(cls, None)
-        return
-    if len(_producers) >= 64:
-        _producers.clear()
-    _producers[cls] = (source, tuple(guards))  # type: ignore[assignment]
+class Declined(Exception):
+    """Raised inside a consumer's ``from_dlpack`` where the route does not replay the capsule it was
+    about to hand over: the pipeline converts x."""
 
 
-def export(state: Any, x: Any) -> tuple[Any, tuple[int, int]] | Exception | None:
-    """``x``'s capsule for the consumer of ``state`` (a ready route ``State``), exported with the
-    consumer's stream, and the device it claimed; None: declined, nothing exported; an Exception: the
-    error the export raised (the pipeline handles it and says what went wrong)."""
-    entry = _producers.get(type(x))
-    if entry is None:
+def device_of(producer: Any, x: Any) -> tuple[int, int]:
+    """Where x is: ``Producer.device_method`` gives (type, id), or the id of ``Producer.device_type``."""
+    found = getattr(x, producer.device_method)()
+    if producer.device_type:
+        return (producer.device_type, int(found))
+    return (int(found[0]), 0 if found[1] is None else int(found[1]))
+
+
+def consumer_stream(state: Any, device: tuple[int, int]) -> int | None:
+    """The consumer's current stream on ``device`` as DLPack spells it; None where it cannot be asked here."""
+    query = state.stream_query
+    if query is None:
         return None
-    target = state.target
-    if target.asks_producer_stream:  # JAX: the pipeline's deferred export, with the stream JAX asks with
-        return None
-    source, guards = entry
+    if type(query) is tuple:
+        ask, attribute = query
+        handle = getattr(ask(device[1]), attribute)
+    else:
+        handle = current_work_stream(query, device)
+        if handle is None:
+            return None
+    return dlpack_stream(int(handle), device[0])
+
+
+def _source(producer: Any, x: Any) -> tuple[Any, int | None]:
+    """What is exported (x, its alias, or a view), and the dtype triple its capsule is given (None: as it is):
+    the Producer's relabels, as the CPU export reads them."""
+    relabel = producer.relabels.get(x.dtype) if producer.relabels else None
+    if relabel is not None and relabel[0] is not None:
+        return x.view(relabel[0]), relabel[1]
+    return (x if producer.alias is None else getattr(x, producer.alias)()), None if relabel is None else relabel[1]
+
+
+def _dlpack(source: Any, stream: Any, versioned: bool) -> Any:
+    return source.__dlpack__(stream=stream, max_version=VERSION) if versioned else source.__dlpack__(stream=stream)
+
+
+def _labelled(capsule: Any, triple: int | None) -> Any:
+    if triple is not None:
+        relabel_triple(capsule, triple)
+    return capsule
+
+
+def export(producer: Any, x: Any, device: tuple[int, int], stream: int, versioned: bool) -> Any:
+    """x's capsule for a consumer reading on ``stream``, the handshake done; None: declined, nothing exported;
+    an Exception: the error the producer's export raised (the pipeline handles it, not asking again)."""
+    source, triple = _source(producer, x)
+    # (No exchange-API export here: its tensor needs a capsule with a C destructor, the compiled route's;
+    # the producer's own __dlpack__(stream=) records no event where the consumer's stream is its own.)
+    if producer.current_device is not None and producer.current_device() != device[1]:
+        return None  # its handshake is made on the current device: the pipeline switches to x's first
     try:
-        if not guards_hold(guards, x):
-            return None
-        device = source.device_of(x)
-        if device[0] not in GPU_CODES or device[0] not in target.device_codes:
-            return None
-        if state.caps_fn is not None and state.caps_fn() is not state.caps:
-            return None
-        wire = handshake(None, source, target, device)  # the consumer's current stream, on the array's device
-    except MemoryError:
-        raise
-    except Exception:
-        return None
-    try:
-        with on_device(source, device):
-            capsule = source.export(x, stream=wire.stream, max_version=_VERSION if state.versioned else None)
+        capsule = _dlpack(source, stream, versioned and producer.gpu_kind != EXPORT_METHOD_LEGACY)
     except MemoryError:
         raise
     except Exception as err:
         return err
-    return capsule, device
+    return _labelled(capsule, triple)
+
+
+def deferred(producer: Any, x: Any, device: tuple[int, int], versioned: bool, check: Any) -> DeferredCarrier:
+    """A carrier whose ``__dlpack__(stream=S)`` exports x with the consumer's own S (the producer's
+    handshake), then ``check(capsule)``: the capsule, relabelled as its stored route says; else ``Declined``."""
+    source, triple = _source(producer, x)
+
+    versioned = versioned and producer.gpu_kind != EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
+
+    def export_when_asked(stream: Any) -> Any:
+        return check(_labelled(_dlpack(source, stream, versioned), triple))
+
+    return DeferredCarrier(export_when_asked, device)

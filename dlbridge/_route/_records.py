@@ -5,7 +5,7 @@ they are its C types (``dlbridge/_csrc/records.c``), else the Python classes her
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from .._accelerator import accel
@@ -29,17 +29,16 @@ class _PyState:
     kind: int = IMPORT_CAPSULE  # how the consumer imports (IMPORT_*) ...
     importer: Any = None  # ... with this callable
     api: Any = None  # the consumer's exchange API capsule (IMPORT_EXCHANGE)
-    versioned: bool = False  # whether the consumer reads versioned capsules
-    align: int = 1  # the data alignment it needs
-    readonly_ok: bool = False  # whether it holds read-only memory
-    offset_ok: bool = False  # whether it reads a byte_offset without strides
+    versioned: bool = False  # whether the consumer reads versioned capsules (the kind its producer is asked for)
     routes: Any = None  # route key -> Replay, or None (the pipeline decides each time)
-    caps_fn: Any = None  # capabilities() where they vary at run time
+    caps_guard: Any = None  # (object, attribute, value) its capability row was read under, where it can vary
     caps: Any = None  # the capability row the routes were decided for
     decide: Any = None  # decide(key): the key's Replay or None, stored in routes
     self_type: Any = None  # the consumer's own array type ...
     self_import: Any = None  # ... handed back as self_import(x) ...
     self_dtypes: Any = None  # ... for these dtypes (a list, matched by identity)
+    stream_query: Any = None  # its current stream: an exchange API capsule, (ask(device id), attribute), or None
+    deferred: bool = False  # it asks a GPU producer for the capsule itself, with its own stream (a carrier)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,21 +46,47 @@ class _PyProducer:
     """How arrays of one exact type are exported (the compiled ``Producer``: the same fields)."""
 
     _fields: ClassVar[tuple[str, ...]]
-    kind: int = EXPORT_METHOD  # EXPORT_*
+    kind: int = EXPORT_METHOD  # EXPORT_*: how CPU arrays are exported
     handle: Any = None  # the exchange API capsule, or the export function
-    guards: tuple[tuple[str, bool, Any], ...] = ()  # (attribute, call, expected): all must hold
+    guards: tuple[tuple[Any, bool, Any], ...] | None = ()  # (attribute, call, expected): CPU memory; None: never
     alias: str | None = None  # a method whose result is exported instead of x
     relabels: dict[Any, tuple[Any, int]] | None = None  # dtype -> (view dtype, triple its capsule gets)
+    gpu_guards: tuple[tuple[Any, bool, Any], ...] | None = None  # the GPU half's guards; None: no GPU half
+    device_method: str | None = None  # x.<device_method>() says where x is: (type, id), or the id ...
+    device_type: int = 0  # ... of this device type (0: the method gives the type too)
+    gpu_kind: int = EXPORT_METHOD  # EXPORT_EXCHANGE (no sync: same streams only) or EXPORT_METHOD (stream=)
+    current_device: Any = None  # current_device() -> id where the producer's handshake needs x's device current
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _PyReplay:
-    """A stored route (the compiled ``Replay``: the same fields)."""
+    """A stored route (the compiled ``Replay``: the same fields): the record ``decide`` made, whose
+    admission (``record.admits``) is read into the fields below once, when the Replay is made."""
 
     _fields: ClassVar[tuple[str, ...]]
-    wire: int  # the dtype triple the consumer is handed
+    record: Any  # the Handoff decide() made, which this route replays
     finish: Any = None  # turns the import into the result (a zero-copy view), or None
-    record: Any = None  # the Handoff decide() made, which this route replays
+    wire: int = field(init=False)  # the dtype triple the consumer is handed
+    triple: int = field(init=False)  # the admission: the capsule's dtype triple, ...
+    device_type: int = field(init=False)
+    device_id: int = field(init=False)
+    kinds: int = field(init=False)  # ... capsule kinds (1 legacy, 2 versioned), ...
+    readonly_ok: bool = field(init=False)
+    offset_ok: bool = field(init=False)
+    align: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        admits = self.record.admits
+        if admits is None:
+            raise TypeError("Replay(record=) needs a record whose admits is set")
+        if self.finish is not None and not callable(self.finish):
+            raise TypeError("Replay(finish=) must be callable or None")
+        for name in _ADMISSION:
+            value = getattr(admits, name)
+            object.__setattr__(self, name, bool(value) if name.endswith("_ok") else int(value))
+
+
+_ADMISSION = ("wire", "triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align")
 
 
 for _cls in (_PyState, _PyProducer, _PyReplay):
@@ -72,11 +97,12 @@ Producer: Any = _PyProducer if accel is None else accel.Producer
 Replay: Any = _PyReplay if accel is None else accel.Replay
 
 
-def guards_hold(guards: tuple[tuple[str, bool, Any], ...], x: Any) -> bool:
-    """Whether every guard of a Producer (or a GPU entry) holds for x: ``getattr(x, attribute)``, called
-    where asked, is ``expected`` (by identity). The compiled route checks them the same way (route.c)."""
+def guards_hold(guards: tuple[tuple[Any, bool, Any], ...], x: Any) -> bool:
+    """Whether every guard of a Producer holds for x: ``getattr(x, attribute)`` (or ``attribute`` itself
+    where it is not a name: a function of the process's state, such as torch's mode check), called where
+    asked, is ``expected`` (by identity). The compiled route checks them the same way (route.c)."""
     for name, call, expected in guards:
-        value = getattr(x, name)
+        value = getattr(x, name) if type(name) is str else name
         if (value() if call else value) is not expected:
             return False
     return True

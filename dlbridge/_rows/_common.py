@@ -1,4 +1,5 @@
-"""What the per-framework row modules share: the row type, its kinds, and dtype sets."""
+"""What the per-framework modules share: the registry entry (``Framework``), the row type, its kinds,
+and dtype sets."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ INTS = frozenset(f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64))
 CORE = INTS | {"float16", "float32", "float64", "complex64", "complex128"}
 WIDE_UINTS = frozenset({"uint16", "uint32", "uint64"})
 # Boundaries as far as probed (see the rows' sources): the first version seen without the behaviour.
-JAX_FP4_UNTIL = "0.10"  # 0.9.0 imports it, 0.10.2 refuses it (0.10.0-0.10.1 not probed)
+JAX_FP4_UNTIL = "0.9.2"  # 0.9.1 imports it, 0.9.2 refuses it (.ci/edges, compat_edges.md)
 JAX_LAYOUTS_SINCE = "0.8"
 JAX_COPY_FIXED = "0.4.35"  # 0.4.31 crashes, 0.4.35 does not (0.4.33-0.4.34 not probed)
 TORCH_FP8 = frozenset({"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"})
@@ -36,12 +37,38 @@ FEATURES = (
     # capabilities() then adds the kinds registered to "imports", and it exports them itself
     "dtype_registry",
     "copies_imports",  # its from_dlpack always copies a CPU capsule (never shares it): copy=False is refused
+    # as a producer: its __dlpack__ takes no max_version and makes legacy capsules only, which cannot
+    # say READ_ONLY (its adapter refuses to export read-only arrays that way: ReadOnlyError, or copy=True)
+    "exports_legacy_only",
+    # its from_dlpack(x) imports a uint8-labelled capsule as bool where x itself says bool (its dtype):
+    # a producer that labels bool uint8 ("exports_uint8") still reaches it as bool
+    "detects_bool_sources",
+    # releasing what it imported from a capsule whose deleter is NULL (DLPack allows one) kills the
+    # process: dlbridge refuses such a capsule before it sees it
+    "aborts_on_null_deleter",
 )
 # Producer rows: "exports_uint8" lists dtypes whose capsules the producer labels uint8;
-# "cannot_export" dtypes it holds but cannot put in a capsule at all.
-PRODUCER_KINDS = ("exports_uint8", "cannot_export")
+# "exports_as_float" dtypes it labels kDLFloat of their width (kDLFloat with 8 bits for a float8 kind:
+# no dtype DLPack defines, which every consumer refuses or misreads); "cannot_export" dtypes it holds
+# but cannot put in a capsule at all. dlbridge's export through the producer's adapter relabels the
+# first two with the true dtype, zero-copy.
+PRODUCER_KINDS = ("exports_uint8", "exports_as_float", "cannot_export")
 # "ndim": the numbers of dimensions a consumer's arrays can have (the row's ``ndim``, inclusive).
 KINDS = ("imports", "holds", *FEATURES, *PRODUCER_KINDS, "ndim")
+
+
+class Support(NamedTuple):
+    """What dlbridge supports of one framework, beside its rows: the floors and the probed range.
+
+    ``extra`` is pyproject's install extra for it, the framework's own requirement first (its floor:
+    ``dlbridge doctor`` and ``dlbridge report`` flag an installed version below it); the others are
+    what the extra installs beside it ("ml_dtypes>=0.4"). tests/test_versions.py checks pyproject
+    against it. ``probed``: the oldest and newest release the rows were checked on (a release prefix:
+    "2.13" covers 2.13.x); outside it the rows' predictions are unverified, and both commands say so.
+    """
+
+    extra: tuple[str, ...]
+    probed: tuple[str, str]
 
 
 class Row(NamedTuple):
@@ -53,6 +80,30 @@ class Row(NamedTuple):
     requires: str | None  # modules that must be installed, optionally ">=version", comma-separated (all of them)
     source: str
     ndim: tuple[int, int] | None = None  # "ndim" rows: (fewest, most) dimensions
+
+
+class Framework(NamedTuple):
+    """A framework as the registry lists it: what dlbridge knows without importing the framework or its
+    adapter (its names, how its arrays are recognised through ``sys.modules``) and where its adapter lives.
+
+    Each framework module here sets one (``FRAMEWORK``) beside its ``ROWS``; ``dlbridge._rows.register``
+    adds one at run time. The adapter class is imported when first needed (a conversion, the detection of
+    an array of the framework once it is loaded, the report) and made with this entry."""
+
+    name: str  # dlbridge's name for it: to_<name>(), convert(x, "<name>"), its rows' consumer
+    module: str  # what ``import`` loads
+    array_type: tuple[str, str]  # (module in sys.modules, attribute) of its array class
+    adapter: str  # where its Adapter subclass lives: "package.module:Class"
+    aliases: tuple[str, ...] = ()  # other names for it, CLI names too ("pytorch", "np")
+    # Other modules that name it as a target (convert(x, "jax.numpy")); unlike aliases, not CLI names.
+    module_aliases: tuple[str, ...] = ()
+    producer_modules: tuple[str, ...] = ()  # top-level __module__ names of its arrays
+    # The CPU framework any DLPack CPU capsule can land in (staging for copies, the report's reference
+    # arrays): exactly one framework is the host.
+    host: bool = False
+    # False: dlbridge reads its arrays but never converts into it (no to_<name>, no consumer rows, a row
+    # of the report but no column).
+    target: bool = True
 
 
 def row(consumer: str, what: str, dtypes: Iterable[str] = (), since: str | None = None, until: str | None = None,

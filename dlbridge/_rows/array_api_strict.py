@@ -8,9 +8,22 @@ so what it shares and reads follows the installed NumPy.
 
 from __future__ import annotations
 
-from ._common import CORE, Row, row
+from ._common import CORE, Framework, Row, Support, row
 
 _PROBE = "probe 2026-11-25 (array-api-strict 2.6.1, numpy 2.4.6, torch 2.13)"
+
+# probed: array-api-strict 2.6.1 (latest stack)
+SUPPORT = Support(extra=("array-api-strict>=2.6", "numpy>=2.1"), probed=("2.6", "2.6"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="array_api_strict",
+    module="array_api_strict",
+    array_type=("array_api_strict._array_object", "Array"),
+    adapter="dlbridge._adapters._array_api_strict:ArrayApiStrictAdapter",
+    aliases=("array-api-strict",),
+    producer_modules=("array_api_strict",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(

@@ -11,8 +11,23 @@ from ._common import (
     ML_DTYPES_05,
     ML_DTYPES_FP4,
     NEW_FP8,
+    Framework,
     Row,
+    Support,
     row,
+)
+
+# probed: the version matrix (0.4.30, 0.7.1, 0.10.2, 0.12.0) and the rows' probes; 0.11.2 on the H100 run
+SUPPORT = Support(extra=("jax>=0.4.30", "numpy>=1.26", "ml_dtypes>=0.4"), probed=("0.4.30", "0.12"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="jax",
+    module="jax",
+    array_type=("jax", "Array"),
+    adapter="dlbridge._adapters._jax:JaxAdapter",
+    module_aliases=("jax.numpy",),
+    producer_modules=("jax", "jaxlib"),
 )
 
 ROWS: tuple[Row, ...] = (
@@ -49,7 +64,8 @@ ROWS: tuple[Row, ...] = (
         JAX_FP4_UNTIL,
         requires=ML_DTYPES_05,
         source="probe 2026-11-23 (jax 0.5.3, 0.7.1, 0.7.2, 0.8.0, 0.9.0 import their own float4_e2m1fn; jax 0.10.2: "
-        "'PjRt CPU buffers only support default layout')",
+        "'PjRt CPU buffers only support default layout'); probe 2026-11-27 (.ci/edges, jax+jaxlib 0.9.0, 0.9.0.1, "
+        "0.9.1 import it; 0.9.2 and 0.10.0 refuse it so, with ml_dtypes 0.6.0)",
     ),
     row(
         "jax",
@@ -124,4 +140,18 @@ ROWS: tuple[Row, ...] = (
         source="jaxlib dlpack.cc: 'Only DLPack tensors with trivial (compact) striding'; probe 2026-11-22",
     ),
     row("jax", "readonly_arrays", source="jax.Array is immutable"),
+    row(
+        "jax",
+        "aborts_on_null_deleter",
+        source="jaxlib/dlpack.cc (jax-ml/jax 036dff6, DLPackManagedTensorToBuffer, MakePjrtBuffer): "
+        "'std::function<void()> on_delete_callback; if (dlmt->deleter) {...}' stays empty for a NULL deleter "
+        "(which DLPack allows: python_spec.rst, 'the deleter can be NULL') and goes to CreateViewOfDeviceBuffer; "
+        "openxla/xla xla/pjrt/cpu/cpu_device_memory.cc keeps it as an absl::AnyInvocable (CreateForeignMemory), "
+        "which an empty std::function does not leave empty (absl/functional/internal/any_invocable.h: only null "
+        "pointers and empty AnyInvocables are), so ~CpuDeviceMemoryForeign calls it: std::bad_function_call, "
+        "terminate. Probe 2026-11-27 (jax 0.4.30, 0.7.1, 0.10.2): jax.dlpack.from_dlpack of a legacy float32[16] "
+        "capsule with a NULL deleter aborts the process when the array is released; torch 2.13, numpy 2.4.6, "
+        "tensorflow 2.21, paddle 3.3.1, mlx 0.32.4, array-api-strict 2.6.1, onnxruntime 1.32, warp 1.19 release it "
+        "safely (tests/test_trust_deleter.py)",
+    ),
 )

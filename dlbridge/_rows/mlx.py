@@ -5,9 +5,22 @@ Probed on the CPU build (``mlx[cpu]`` on Linux); MLX's Metal and CUDA builds are
 
 from __future__ import annotations
 
-from ._common import CORE, Row, row
+from ._common import CORE, Framework, Row, Support, row
 
 _PROBE = "probe 2026-11-25 (mlx 0.32.4 cpu, torch 2.13, numpy 2.4.6)"
+
+# probed: mlx 0.32.4, its Linux CPU build (latest stack)
+SUPPORT = Support(extra=("mlx[cpu]>=0.32",), probed=("0.32", "0.32"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="mlx",
+    module="mlx.core",
+    array_type=("mlx.core", "array"),
+    adapter="dlbridge._adapters._mlx:MlxAdapter",
+    aliases=("mlx",),
+    producer_modules=("mlx",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(

@@ -3,7 +3,21 @@
 from __future__ import annotations
 
 from .._dtypes import FLOAT8
-from ._common import CORE, ML_DTYPES_05, ML_DTYPES_FP4, NEW_FP8, Row, row
+from ._common import CORE, ML_DTYPES_05, ML_DTYPES_FP4, NEW_FP8, Framework, Row, Support, row
+
+# probed: the version matrix: 1.26.4, 2.1.3, 2.4.6, 2.5.5; 2.5.2 on the H100 run
+SUPPORT = Support(extra=("numpy>=1.26", "ml_dtypes>=0.4"), probed=("1.26", "2.5"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="numpy",
+    module="numpy",
+    array_type=("numpy", "ndarray"),
+    adapter="dlbridge._adapters._numpy:NumpyAdapter",
+    aliases=("np",),
+    producer_modules=("numpy",),
+    host=True,
+)
 
 ROWS: tuple[Row, ...] = (
     row("numpy", "imports", CORE, "1.22", source="NumPy 1.22 notes: np.from_dlpack"),
@@ -40,6 +54,15 @@ ROWS: tuple[Row, ...] = (
         "2026-11-25 (numpy 2.4.6, ml_dtypes 0.6.0: 'DLPack only supports signed/unsigned integers, float and complex "
         "dtypes'); dlbridge exports ml_dtypes' full-width kinds as relabelled uints, and fp4 (one value a byte, "
         "not DLPack's packed default) through dlbridge._pipeline._subbyte",
+    ),
+    row(
+        "numpy",
+        "cannot_export",
+        {"bool"},
+        until="1.25",
+        source="NumPy 1.25 notes: bool in DLPack; probe 2026-11-27 (.ci/edges, numpy 1.24.4: a bool array's "
+        "__dlpack__ raises BufferError 'DLPack only supports signed/unsigned integers, float and complex dtypes'; "
+        "1.25.0 exports it)",
     ),
     row("numpy", "versioned_capsules", since="2.1", source="NumPy 2.1.0 release notes: DLPack 1.0 (max_version)"),
     row(

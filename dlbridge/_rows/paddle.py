@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from ._common import CORE, WIDE_UINTS, Row, row
+from ._common import CORE, WIDE_UINTS, Framework, Row, Support, row
+
+# probed: paddlepaddle 3.3.1 (latest stack)
+SUPPORT = Support(extra=("paddlepaddle>=3.3",), probed=("3.3", "3.3"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="paddle",
+    module="paddle",
+    array_type=("paddle", "Tensor"),
+    adapter="dlbridge._adapters._paddle:PaddleAdapter",
+    aliases=("paddlepaddle",),
+    producer_modules=("paddle",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from ._common import CORE, Row, row
+from ._common import CORE, Framework, Row, Support, row
+
+# probed: tensorflow-cpu 2.21.0 (latest stack)
+SUPPORT = Support(extra=("tensorflow>=2.21", "ml_dtypes>=0.5.1"), probed=("2.21", "2.21"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="tensorflow",
+    module="tensorflow",
+    array_type=("tensorflow", "Tensor"),
+    adapter="dlbridge._adapters._tensorflow:TensorflowAdapter",
+    aliases=("tf",),
+    producer_modules=("tensorflow",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(

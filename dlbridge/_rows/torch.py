@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from ._common import CORE, TORCH_FP8, WIDE_UINTS, Row, row
+from ._common import CORE, TORCH_FP8, WIDE_UINTS, Framework, Row, Support, row
+
+# probed: torch 2.13 in every stack of the version matrix; 2.11.0+cu130 on the H100 run of 2026-11-27
+SUPPORT = Support(extra=("torch>=2.13",), probed=("2.11", "2.13"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="torch",
+    module="torch",
+    array_type=("torch", "Tensor"),
+    adapter="dlbridge._adapters._torch:TorchAdapter",
+    aliases=("pytorch",),
+    producer_modules=("torch",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(

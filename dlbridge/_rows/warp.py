@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from ._common import INTS, Row, row
+from ._common import INTS, Framework, Row, Support, row
 
 _PROBE = "probe 2026-11-25 (warp-lang 1.19.0, torch 2.13.0)"
+
+# probed: warp-lang 1.19.0 (latest stack)
+SUPPORT = Support(extra=("warp-lang>=1.19", "numpy>=1.26"), probed=("1.19", "1.19"))
+
+# The registry's entry (dlbridge._rows): its names, its array class, where its adapter lives.
+FRAMEWORK = Framework(
+    name="warp",
+    module="warp",
+    array_type=("warp", "array"),
+    adapter="dlbridge._adapters._warp:WarpAdapter",
+    aliases=("wp", "warp-lang"),
+    producer_modules=("warp",),
+)
 
 ROWS: tuple[Row, ...] = (
     row(

@@ -10,7 +10,8 @@ from the CuPy sources at the tag named in its comment (github.com/cupy/cupy):
 - the capsule it builds: v13.3.0 ``cupy/_core/dlpack.pyx`` ``toDlpack`` lines 98-154 (managed memory
   gets device id 0, line 127; dtype by kind only, else ``ValueError('Unknown dtype')``);
   v14.2.0 ``cupy/_core/dlpack.pyx`` ``get_dlpack_dtype_code_itemsize`` lines 75-97 (bfloat16 by name,
-  anything else of kind 'V' -> ``BufferError``) and ``get_dlpack_device`` lines 100-117.
+  anything else of kind 'V' -> ``BufferError``; kind 'f' -> kDLFloat of the item's width, so ml_dtypes'
+  float8_e5m2, kind 'f', exports as kDLFloat with 8 bits) and ``get_dlpack_device`` lines 100-117.
 - ``__dlpack_device__``: v13.3.0 core.pyx lines 331-343; v14.2.0 core.pyx lines 443-446.
 - ``from_dlpack``: v13.3.0 dlpack.pyx lines 344-412 with ``DLPackMemory`` lines 169-212 and
   ``_dlpack_to_cupy_array`` lines 267-341; v14.2.0 dlpack.pyx lines 507-605, 300-371, 428-505.
@@ -548,6 +549,9 @@ def _make_ndarray_class(stub: CuPyStub) -> type:
         def _capsule(self, versioned: bool, to_cpu: bool, ensure_copy: bool, v14: bool) -> Any:
             dt = self.dtype
             kind = dt.kind
+            # By kind alone, bits = itemsize * 8 (v13.3.0 dlpack.pyx lines 134-147; v14.2.0 lines 75-97, 170-174):
+            # ml_dtypes' float8_e5m2 is kind 'f' (ml_dtypes v0.6.0 _src/dtypes.cc line 164), so its capsule
+            # says kDLFloat with 8 bits, as the H100 run of 2026-11-27 saw (CuPy 14.2.0 and 13.3.0).
             code = {"u": 1, "i": 0, "f": 2, "c": 5, "b": 6}.get(kind)
             if code is None:
                 if v14 and dt.name == "bfloat16":

@@ -17,7 +17,7 @@ from typing import Any
 from tests.simcuda.core import KDL_CUDA
 from tests.simcuda.producers import cuda_dlpack
 
-__all__ = ["install", "cuda_tensor"]
+__all__ = ["install", "cuda_tensor", "index_of"]
 
 _CUDA: dict[int, tuple[Any, int]] = {}  # id(tensor) -> (weak reference, device index)
 
@@ -25,6 +25,11 @@ _CUDA: dict[int, tuple[Any, int]] = {}  # id(tensor) -> (weak reference, device 
 def _index(t: Any) -> int | None:
     entry = _CUDA.get(id(t))
     return entry[1] if entry is not None and entry[0]() is t else None
+
+
+def index_of(t: Any) -> int | None:
+    """The CUDA ordinal ``t`` claims, None for a tensor that claims nothing."""
+    return _index(t)
 
 
 def _register(t: Any, index: int) -> Any:

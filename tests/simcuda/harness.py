@@ -37,7 +37,7 @@ def modelled_stack() -> tuple[Any, Any]:
 class Sim:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from dlbridge._adapters import ADAPTERS
-        from dlbridge._route import _replay as _route
+        from dlbridge._route import _learn as _route
 
         self.mp = monkeypatch
         core.reset()
@@ -47,12 +47,12 @@ class Sim:
             for key in _CACHED:
                 if key in adapter.__dict__:
                     monkeypatch.delattr(adapter, key)
-        self._saved = [(d, dict(d)) for d in (_route._producers, _route._seen)]
+        self._saved = [(d, dict(d)) for d in (_route.producers, _route._seen)]
         for d, _ in self._saved:
             d.clear()
         self._specs = [(spec, list(spec)) for spec in _route.SPECS.values()]  # lists: the accelerator holds them
         for spec in _route.SPECS.values():  # a state not yet prepared: the next conversion learns again
-            spec[0] = _route._state(spec[0].target)
+            spec[0] = _route.new_state(spec[0].target)
         self.cp: Any = None
         self.torch_cuda: producers.TorchCuda | None = None
         self.gpu: producers.JaxGpu | None = None

@@ -28,6 +28,7 @@ CPU ``__dlpack__``; the capsule is then relabelled to say ``(kDLCUDA, ordinal)``
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 from typing import Any
 
@@ -144,7 +145,11 @@ def _install_exchange_api(monkeypatch: Any, sim: TorchCuda) -> None:
     ``current_work_stream`` answering for the simulated CUDA streams: the current stream's handle on
     the device asked (0: the legacy default stream), as torch's does from
     ``at::cuda::getCurrentCUDAStream`` (apache/tvm-ffi tests/python/test_current_work_stream_gpu.py
-    checks it equals ``torch.cuda.current_stream().cuda_stream``). The other entries are torch's own."""
+    checks it equals ``torch.cuda.current_stream().cuda_stream``); and its
+    ``managed_tensor_from_py_object_no_sync`` exporting a tensor that claims CUDA as torch's does one on
+    a GPU: the same tensor, its device ``(kDLCUDA, index)``, no stream touched (dlpack.h: the exchange API
+    "does not perform any stream synchronization"), logged as an export with no stream. The other entries
+    are torch's own."""
     import ctypes
 
     import torch
@@ -152,8 +157,10 @@ def _install_exchange_api(monkeypatch: Any, sim: TorchCuda) -> None:
     real = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
     if real is None:
         return
-    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    # private prototypes: ctypes.pythonapi's own are shared with every other library in the process
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi)
+    )
     table = (ctypes.c_void_p * 7).from_buffer_copy((ctypes.c_char * 56).from_address(get_pointer(real, _EXCHANGE)))
 
     def current_work_stream(device_type: int, device_id: int, out: Any) -> int:
@@ -161,14 +168,65 @@ def _install_exchange_api(monkeypatch: Any, sim: TorchCuda) -> None:
         out[0] = sim.current.get(device_id, 0) if device_type == KDL_CUDA else None
         return 0
 
+    torch_export = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(table[3])
+
+    def from_py_object(obj: Any, out: Any) -> int:
+        index = cuda_index(obj)
+        if index is not None:
+            LOG.add("torch", "export", None, exchange=True, device=index)
+        result = int(torch_export(obj, out))
+        if result == 0 and index is not None and out[0]:
+            device = (ctypes.c_int32 * 2).from_address(out[0] + _VERSIONED_TENSOR + _DEVICE_AT)
+            device[0], device[1] = KDL_CUDA, index
+        return result
+
+    torch_import = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))(table[4])
+
+    def to_py_object(managed: int, out: Any) -> int:
+        # torch's import of a CUDA tensor (managed_tensor_to_py_object_no_sync), as _torch_import does it:
+        # the real import of the memory as the CPU's, the tensor saying cuda:<id>
+        device = (ctypes.c_int32 * 2).from_address(managed + _VERSIONED_TENSOR + _DEVICE_AT)
+        if device[0] != KDL_CUDA:
+            return int(torch_import(managed, out))
+        index = device[1]
+        LOG.add("torch", "consume", None, exchange=True, device=index)
+        device[0], device[1] = KDL_CPU, 0
+        inner = ctypes.c_void_p()
+        result = int(torch_import(managed, ctypes.byref(inner)))
+        if result != 0 or not inner.value:
+            return result
+        wrapped = cuda_tensor(ctypes.cast(inner, ctypes.py_object).value, index)
+        _incref(wrapped)  # the new reference the caller gets through out
+        out[0] = id(wrapped)
+        _decref(inner.value)  # the real import's reference, now held by the wrapper
+        return 0
+
     query = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
-    callback = query(current_work_stream)
-    table[6] = ctypes.cast(callback, ctypes.c_void_p).value
-    new_capsule = ctypes.pythonapi.PyCapsule_New
-    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    export = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
+    to_py = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+    callbacks = (query(current_work_stream), export(from_py_object), to_py(to_py_object))
+    table[6] = ctypes.cast(callbacks[0], ctypes.c_void_p).value
+    table[3] = ctypes.cast(callbacks[1], ctypes.c_void_p).value
+    table[4] = ctypes.cast(callbacks[2], ctypes.c_void_p).value
+    new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+        ("PyCapsule_New", ctypes.pythonapi)
+    )
     capsule = new_capsule(ctypes.addressof(table), _EXCHANGE, None)
-    _KEEP.append((table, callback))  # the capsule points into them: alive for the process
+    _KEEP.append((table, callbacks, torch_export, torch_import))  # the capsule points into them: alive for the process
     monkeypatch.setattr(torch.Tensor, "__dlpack_c_exchange_api__", capsule)
+
+
+def cuda_index(obj: Any) -> int | None:
+    """The CUDA ordinal an exact ``torch.Tensor`` claims (tests/simcuda/exact.py), else None."""
+    from tests.simcuda import exact
+
+    return exact.index_of(obj)
+
+
+# DLManagedTensorVersioned: its DLTensor at 32 bytes, the DLTensor's device at 8 (dlpack.h, LP64).
+_VERSIONED_TENSOR, _DEVICE_AT = 32, 8
+_incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
+_decref = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(("Py_DecRef", ctypes.pythonapi))
 
 
 _EXCHANGE = b"dlpack_exchange_api"

@@ -1,0 +1,196 @@
+/* The steps the route's two halves share (route.c's CPU half, gpu.c's GPU half): the guards, the export of
+ * host memory, reading an export with the capsule reader, finding its stored route and checking its
+ * admission, and the finish. See route.c for the ownership and error rules they follow. */
+#include "route.h"
+
+/* After a failure: STEP_DECLINE for an Exception the pipeline will meet again (cleared), STEP_ERROR
+ * for anything else (left set); with no error set, STEP_DECLINE. */
+int settle(void) {
+    if (PyErr_Occurred() == NULL) return STEP_DECLINE;
+    if (PyErr_ExceptionMatches(PyExc_Exception) && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        PyErr_Clear();
+        return STEP_DECLINE;
+    }
+    return STEP_ERROR;
+}
+
+/* After the producer's __dlpack__ (or export function) raised: an Exception (not MemoryError) is kept
+ * for the pipeline, which handles it as its own export's without asking the producer again (its side
+ * effects run once); anything else as settle() says. */
+int export_failed(Call *c) {
+    if (PyErr_Occurred() == NULL || !PyErr_ExceptionMatches(PyExc_Exception) ||
+        PyErr_ExceptionMatches(PyExc_MemoryError))
+        return settle();
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    XSETREF(c->failed, value); /* (NULL: nothing to hand over, the pipeline exports again) */
+    return STEP_DECLINE;
+}
+
+/* Whether every guard holds: getattr(x, name) (or the guard's object itself where it is not a name: a
+ * function of the process's state), called when asked, is the expected object. */
+int check_guards(Call *c, PyObject *guards) {
+    Py_ssize_t n = PyTuple_Size(guards); /* a tuple (records.c) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *guard = PyTuple_GetItem(guards, i);
+        if (guard == NULL || !PyTuple_Check(guard) || PyTuple_Size(guard) != 3) return settle();
+        int call = PyObject_IsTrue(PyTuple_GetItem(guard, 1));
+        if (call < 0) return settle();
+        PyObject *name = PyTuple_GetItem(guard, 0), *value;
+        if (PyUnicode_Check(name)) {
+            value = PyObject_GetAttr(c->args[1], name);
+        } else {
+            value = name;
+            Py_INCREF(value);
+        }
+        if (value != NULL && call) SETREF(value, PyObject_CallNoArgs(value));
+        if (value == NULL) return settle();
+        int same = value == PyTuple_GetItem(guard, 2);
+        Py_DECREF(value);
+        if (!same) return STEP_DECLINE;
+    }
+    return STEP_OK;
+}
+
+/* What is exported: x, its alias (x.detach()), or x.view(d) for a dtype the framework cannot export; for
+ * a relabelled dtype *forced is the dtype triple its capsule gets (its export labels it wrongly, or it is
+ * the view's). A new reference, or NULL with an error. */
+PyObject *export_source(Call *c, long long *forced) {
+    PyObject *x = c->args[1], *relabels = c->producer->relabels, *alias = c->producer->alias;
+    if (relabels != Py_None && PyDict_Size(relabels) > 0) { /* a dict or None (records.c) */
+        PyObject *dtype = PyObject_GetAttr(x, g_dtype);
+        PyObject *entry = dtype ? PyDict_GetItemWithError(relabels, dtype) : NULL;
+        Py_XINCREF(entry);
+        Py_XDECREF(dtype);
+        if (entry != NULL) {
+            PyObject *view = NULL, *as = PyTuple_Check(entry) && PyTuple_Size(entry) == 2 ? PyTuple_GetItem(entry, 0) : NULL;
+            *forced = as != NULL ? PyLong_AsLongLong(PyTuple_GetItem(entry, 1)) : -1;
+            if (*forced >= 0 && as != Py_None) view = PyObject_CallMethodObjArgs(x, g_view, as, NULL);
+            Py_DECREF(entry);
+            if (*forced < 0 || as != Py_None) return view;
+        }
+        if (PyErr_Occurred()) return NULL;
+    }
+    if (alias != Py_None) return PyObject_CallMethodObjArgs(x, alias, NULL);
+    Py_INCREF(x);
+    return x;
+}
+
+/* The exchange-API export of `source` (no synchronisation) into c->managed, or as a legacy capsule where
+ * the consumer reads those only. */
+int export_managed(Call *c, PyObject *source, int want_versioned) {
+    DLPackExchangeAPI *api = PyCapsule_GetPointer(c->producer->handle, EXCHANGE);
+    if (api == NULL || api->header.version.major != 1) return settle();
+    if (api->managed_tensor_from_py_object_no_sync(source, &c->managed) != 0 || c->managed == NULL) {
+        c->managed = NULL;
+        return settle();
+    }
+    if (c->managed->version.major != 1) return STEP_DECLINE;
+    if (want_versioned) return STEP_OK;
+    if (c->managed->flags & FLAG_READ_ONLY) return STEP_DECLINE; /* a legacy capsule cannot say so */
+    DLManagedTensorVersioned *managed = c->managed;
+    c->managed = NULL;
+    c->capsule = legacy_capsule(managed); /* owns managed from here, also on failure */
+    return c->capsule != NULL ? STEP_OK : settle();
+}
+
+/* The producer's export of host memory `source` into c->managed (exchange API) or c->capsule. */
+static int export_tensor(Call *c, PyObject *source) {
+    int kind = c->producer->kind, want_versioned = c->state->versioned;
+    if (kind == EXPORT_EXCHANGE) return export_managed(c, source, want_versioned);
+    if (kind == EXPORT_FUNCTION) {
+        c->capsule = PyObject_CallFunctionObjArgs(c->producer->handle, source, NULL);
+    } else {
+        PyObject *method = PyObject_GetAttr(source, g_dunder);
+        int ask_versioned = want_versioned && kind != EXPORT_METHOD_LEGACY; /* a producer before DLPack 1.0 */
+        c->capsule = method ? PyObject_Call(method, g_empty, ask_versioned ? g_versioned_kw : NULL) : NULL;
+        Py_XDECREF(method);
+    }
+    return c->capsule != NULL ? STEP_OK : export_failed(c);
+}
+
+static void write_dtype(DLTensor *t, long long triple) {
+    t->dtype.code = (uint8_t)(triple & 0xFF);
+    t->dtype.bits = (uint8_t)((triple >> 8) & 0xFF);
+    t->dtype.lanes = (uint16_t)((triple >> 16) & 0xFFFF);
+}
+
+/* The export's tensor, read by the capsule reader (c->tensor, versioned, flags, triple). */
+int read_export(Call *c, long long forced) {
+    CapsuleView view = {NULL, NULL, 1, 0, 1, 1};
+    if (c->managed != NULL) {
+        view.tensor = &c->managed->dl_tensor;
+        view.flags = &c->managed->flags;
+    } else if (!PyCapsule_CheckExact(c->capsule) || !view_capsule(c->capsule, &view)) {
+        return STEP_DECLINE; /* a capsule the reader does not describe: the pipeline says what is wrong */
+    }
+    c->tensor = view.tensor;
+    c->versioned = view.versioned;
+    c->flags = view.flags != NULL ? *view.flags : 0;
+    if (forced >= 0) write_dtype(c->tensor, forced); /* our own export of x.view(d): x's dtype */
+    c->triple = (long long)c->tensor->dtype.code | ((long long)c->tensor->dtype.bits << 8) |
+                ((long long)c->tensor->dtype.lanes << 16);
+    return STEP_OK;
+}
+
+/* The export of host memory (the CPU half, or a GPU-capable producer's array found on the CPU). */
+int export_x(Call *c) {
+    long long forced = -1;
+    PyObject *source = export_source(c, &forced);
+    if (source == NULL) return settle();
+    int step = export_tensor(c, source);
+    Py_DECREF(source);
+    return step == STEP_OK ? read_export(c, forced) : step;
+}
+
+/* Whether the export is a capsule the stored route's record holds for: its Admission, compared field by
+ * field (decide() made them; nothing is decided here). */
+static int admitted(const Call *c, const ReplayRecord *r) {
+    const DLTensor *t = c->tensor;
+    int layout = layout_class(t);
+    if (layout == LAYOUT_OTHER || c->triple != r->triple) return 0;
+    if (t->device.device_type != r->device_type || t->device.device_id != r->device_id) return 0;
+    if (!(r->kinds & (c->versioned ? KIND_VERSIONED : KIND_LEGACY))) return 0;
+    if (((c->flags & FLAG_READ_ONLY) && !r->readonly_ok) || (t->byte_offset && !r->offset_ok)) return 0;
+    return layout == LAYOUT_EMPTY || ((uintptr_t)t->data + t->byte_offset) % (uint64_t)r->align == 0;
+}
+
+/* The stored route for the export's (dtype, fallback, device), if its admission holds; a decline otherwise. */
+int find_route(Call *c) {
+    const DLTensor *t = c->tensor;
+    if (c->versioned && !c->state->versioned) return STEP_DECLINE; /* not the capsule kind the pipeline asks for */
+    /* From here on a decline leaves the export unseen by any consumer: it is handed to the pipeline where
+     * it is on the device it was made for (a GPU capsule: with the handshake for it), or host memory. */
+    int here = t->device.device_type == c->device_type && t->device.device_id == c->device_id;
+    c->handover = here || t->device.device_type == 1;
+    if (!here || t->device.device_id < 0 || t->device.device_id > 0x7FFF) return STEP_DECLINE;
+    PyObject *key = PyLong_FromLongLong(c->triple | ((long long)c->fallback << 32) |
+                                        ((long long)t->device.device_type << 40) |
+                                        ((long long)t->device.device_id << 48));
+    if (key == NULL) return settle();
+    PyObject *replay = PyDict_GetItemWithError(c->state->routes, key); /* a dict (records.c) */
+    Py_XINCREF(replay);
+    if (replay == NULL && !PyErr_Occurred()) replay = PyObject_CallFunctionObjArgs(c->state->decide, key, NULL);
+    Py_DECREF(key);
+    if (replay == NULL) return settle();
+    if (Py_TYPE(replay) != (PyTypeObject *)g_replay_type) { /* None: the pipeline decides each time */
+        Py_DECREF(replay);
+        return STEP_DECLINE;
+    }
+    c->replay = (ReplayRecord *)replay;
+    if (!admitted(c, c->replay)) return STEP_DECLINE;
+    if (c->replay->wire != c->triple) write_dtype(c->tensor, c->replay->wire); /* a reinterpret route */
+    return STEP_OK;
+}
+
+/* What turns the import into the result, as the stored route says (a zero-copy view), if anything. */
+int finish(Call *c) {
+    PyObject *finish = c->replay != NULL ? c->replay->finish : Py_None;
+    if (finish == Py_None) return STEP_OK;
+    SETREF(c->result, PyObject_CallFunctionObjArgs(finish, c->result, NULL));
+    return c->result != NULL ? STEP_OK : STEP_ERROR; /* the result exists: a failed finish is an error */
+}
