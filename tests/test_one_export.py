@@ -9,7 +9,11 @@ counting every ``__dlpack__`` call (its side effects); JAX's own ``__dlpack__`` 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -185,3 +189,32 @@ def test_success_paths_of_frameworks_export_once(jax_exports: list[int]) -> None
             jax_exports[0] = 0
             dlbridge.convert(jnp.arange(4, dtype=jnp.float32), target)
             assert jax_exports[0] == 1, target
+
+
+# The route learns NumPy's Producer before ml_dtypes is loaded (no relabels), then meets a bfloat16 array:
+# its export (NumPy's own __dlpack__) fails where the adapter's (the same bytes as uint16, relabelled)
+# does not. A fresh process: ml_dtypes must not be loaded when the route learns.
+_STALE_PRODUCER = """
+import sys, numpy as np, dlbridge
+for _ in range(3):
+    dlbridge.to_torch(np.ones(4, np.float32))
+if "ml_dtypes" in sys.modules:
+    sys.exit(3)
+import ml_dtypes
+x = np.arange(4).astype(ml_dtypes.bfloat16)
+t = dlbridge.to_torch(x)
+assert str(t.dtype) == "torch.bfloat16" and t.data_ptr() == x.ctypes.data, t
+assert t.float().tolist() == [0.0, 1.0, 2.0, 3.0], t
+"""
+
+
+def test_an_export_failed_by_a_producer_learned_before_ml_dtypes_goes_through_the_adapter() -> None:
+    need("torch")
+    need("ml_dtypes")
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", _STALE_PRODUCER], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    if done.returncode == 3:
+        pytest.skip("ml_dtypes is loaded with dlbridge, numpy and torch here: the route never learns without it")
+    assert done.returncode == 0, done.stderr[-3000:]

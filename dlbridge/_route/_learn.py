@@ -24,7 +24,7 @@ from .._pipeline._handoff import decide
 from ._records import EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD, Producer, Replay, State
 from ._specs import SPECS
 
-__all__ = ["SPECS", "DEVICE_SHIFT", "DEVICE_ID_SHIFT", "producers", "spec_for", "new_state", "learn"]
+__all__ = ["SPECS", "DEVICE_SHIFT", "DEVICE_ID_SHIFT", "producers", "spec_for", "new_state", "learn", "current"]
 
 DEVICE_SHIFT, DEVICE_ID_SHIFT = 40, 48
 
@@ -70,6 +70,16 @@ def learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
     if len(producers) >= 64:
         producers.clear()
     producers[cls] = producer
+
+
+def current(x: Any) -> bool:
+    """Whether the stored Producer of ``type(x)`` is the one its adapter gives now, so that an export it
+    made is the adapter's own. One learned before a module the adapter reads was loaded (ml_dtypes:
+    NumPy's relabels) exports as the producer alone does, which fails where the adapter's export does not."""
+    held, fresh = producers.get(type(x)), _producer(type(x), adapter_for(x))
+    if held is None or fresh is None:
+        return held is fresh
+    return all(getattr(held, name) == getattr(fresh, name) for name in held._fields)
 
 
 def _producer(cls: type, source: Any) -> Any:

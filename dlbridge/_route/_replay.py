@@ -56,7 +56,7 @@ from .._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback,
 from .._pipeline import _logical
 from .._pipeline._convert import _convert
 from . import _gpu as gpu
-from ._learn import DEVICE_ID_SHIFT, DEVICE_SHIFT, SPECS, learn, new_state, producers, spec_for
+from ._learn import DEVICE_ID_SHIFT, DEVICE_SHIFT, SPECS, current, learn, new_state, producers, spec_for
 from ._records import (  # noqa: F401  (_Py*: the pure-Python records, also where compiled ones are used)
     EXPORT_FUNCTION,
     EXPORT_METHOD,
@@ -84,7 +84,10 @@ def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, c
               exported: Any = None) -> Any:  # fmt: skip
     """What both routes decline to: the full pipeline converts x, then the route learns from it.
     ``exported``: x's capsule, which the route exported and declined before any consumer saw it; the
-    pipeline reads it instead of exporting x again."""
+    pipeline reads it instead of exporting x again. Or the error that export raised, which the pipeline
+    handles as its own export's where x's Producer is current (else its adapter exports x itself)."""
+    if isinstance(exported, Exception) and not current(x):
+        exported = None  # a Producer learned before ml_dtypes loaded: the adapter relabels what the route did not
     if type(spec[0].target) is str:  # a spec not yet used (_specs): its target by name
         spec[0] = new_state(adapter_named(spec[0].target))
     target = spec[0].target
