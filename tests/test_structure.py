@@ -343,9 +343,9 @@ def _own_calls(fn: ast.AST) -> list[ast.expr]:
 def test_an_arrays_export_is_read_checked_and_decided_in_one_sequence() -> None:
     # export -> read -> check and relabel the device (_devices.placed) -> decide: written once, and
     # called by the array stage, the deferred export (JAX's own ask) and explain (through decide_stage).
-    assert _callers("placed") == ["_pipeline/_convert.py:exported_handoff"]
+    assert _callers("placed") == ["_pipeline/_stage.py:exported_handoff"]
     callers = _callers("exported_handoff")
-    assert sorted(callers) == ["_pipeline/_convert.py:_array_stage", "_pipeline/_convert.py:export_when_asked"]
+    assert sorted(callers) == ["_pipeline/_convert.py:export_when_asked", "_pipeline/_stage.py:_array_stage"]
 
 
 # --- one place per rule: the capsule layer and the route's record ------------------------------------
@@ -441,3 +441,133 @@ def test_the_route_follows_the_admission_in_its_record(monkeypatch: pytest.Monke
     assert len(calls) == 1, "the route replayed a capsule its record does not admit"
     assert out.data_ptr() == x.ctypes.data and out.dtype == __import__("torch").float32
     state.routes[key] = replay
+
+
+# --- no import circles ---------------------------------------------------------------------------------
+
+# An import circle among dlbridge's modules makes what a module sees at import time depend on which
+# module was imported first (a name missing from a half-run module), and says the layers are not layers.
+# Counted: every import that runs when a module is imported (module level, class bodies, try/if blocks,
+# not an `if TYPE_CHECKING:` block, which never runs), and, separately, the imports inside functions.
+# A circle closed by an import inside a function would be allowed only where listed here with why
+# (module, the module it imports lazily): none is.
+LAZY_CIRCLES_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+def _import_edges(path: Path, known: set[str], name: str = "") -> tuple[set[str], set[str]]:
+    """(the dlbridge modules ``path`` (module ``name``) imports when it is imported, those it imports
+    inside functions). ``from .pkg import name`` names ``pkg.name`` where that is a module, else ``pkg``
+    (its __init__); a module's own package, which Python imports first, is not counted (no import of its)."""
+    name = name or _module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    eager: set[str] = set()
+    lazy: set[str] = set()
+
+    def targets(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [alias.name for alias in node.names]
+        base = package[: len(package) - node.level + 1] if node.level else []
+        module = ".".join([*base, *([node.module] if node.module else [])])
+        return [f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names]
+
+    def visit(statements: list[ast.stmt], in_function: bool) -> None:
+        for node in statements:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                (lazy if in_function else eager).update(t for t in targets(node) if t in known and t != name)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(node.body, True)
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse, in_function)
+            else:
+                for block in ("body", "orelse", "finalbody"):
+                    visit([s for s in getattr(node, block, []) if isinstance(s, ast.stmt)], in_function)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body, in_function)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body, False)
+    return eager, lazy
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph`` (module -> the modules it imports): its strongly connected
+    components of more than one module, each sorted (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def _import_graphs() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module-level imports, those and the imports inside functions) of every dlbridge module."""
+    paths = _python_modules()
+    known = {_module_name(p) for p in paths}
+    edges = {_module_name(p): _import_edges(p, known) for p in paths}
+    eager = {m: e for m, (e, _) in edges.items()}
+    lazy = {m: e | {t for t in lz if (m, t) not in LAZY_CIRCLES_ALLOWED} for m, (e, lz) in edges.items()}
+    return eager, lazy
+
+
+def test_no_import_circle_among_dlbridges_modules() -> None:
+    eager, with_lazy = _import_graphs()
+    assert len(eager) > 80 and eager["dlbridge._pipeline._convert"], "the import scanner found too little"
+    assert not _circles(eager), f"module-level import circles: {_circles(eager)}"
+    assert not _circles(with_lazy), (
+        f"import circles closed by imports inside functions: {_circles(with_lazy)} (break them, or list the "
+        "lazy import in LAZY_CIRCLES_ALLOWED with why)"
+    )
+
+
+def test_import_circle_scanner_sees_circles_and_the_imports_that_close_them() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert _circles(graph) == [["a", "b", "c"]]
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from . import _stage\n"
+        "from ._export import inspect\n"
+        "from .. import _errors as errors\n"
+        "if TYPE_CHECKING:\n"
+        "    from ._moves import plan_move\n"
+        "try:\n"
+        "    from .._capsule._read import read\n"
+        "except ImportError:\n"
+        "    pass\n"
+        "def f():\n"
+        "    from ._convert import direct\n"
+    )
+    probe = PACKAGE.parent / "build" / "circle_probe.py"
+    probe.parent.mkdir(exist_ok=True)
+    known = {"dlbridge._pipeline._stage", "dlbridge._pipeline._export", "dlbridge._errors",
+             "dlbridge._pipeline._moves", "dlbridge._capsule._read", "dlbridge._pipeline._convert"}  # fmt: skip
+    probe.write_text(source, encoding="utf-8")
+    try:
+        eager, lazy = _import_edges(probe, known, "dlbridge._pipeline._circle_probe")
+    finally:
+        probe.unlink()
+    assert eager == {"dlbridge._pipeline._stage", "dlbridge._pipeline._export", "dlbridge._errors",
+                     "dlbridge._capsule._read"}  # fmt: skip
+    assert lazy == {"dlbridge._pipeline._convert"}

@@ -12,8 +12,8 @@ from .._capsule._read import GPU_CODES, device_name
 from .._errors import DLBridgeError, ProducerError
 from ._base import Adapter, AsIs, Prober, export_capsule
 from ._fast import FastExport, FastRoute, GpuExport
-from ._support import StandIn
 from ._numpy import aligned_copy, raw_bits
+from ._support import StandIn
 
 # torch's Tensor.__dlpack__ refuses a tensor that requires grad or has its conjugate bit set, but
 # exports one with the negative bit set as its bare memory, without the sign (probe 2026-11-23,

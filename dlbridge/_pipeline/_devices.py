@@ -117,7 +117,11 @@ def require_device(adapter: Adapter, device: DeviceT, call: str, role: str = "")
     if count is None or device[1] < count:
         return
     kind = device_name(device[0])
-    has = f"{count} {kind} device{'s' if count > 1 else ''} ({kind}:0..{kind}:{count - 1})" if count else f"no {kind} device"
+    has = (
+        f"{count} {kind} device{'s' if count > 1 else ''} ({kind}:0..{kind}:{count - 1})"
+        if count
+        else f"no {kind} device"
+    )
     raise DeviceMismatchError(
         f"{call}: {adapter.display} has {has} in this process, so it cannot {role or 'use memory on'} "
         f'{kind}:{device[1]}; pass an array on a device it has, or device="cpu"'

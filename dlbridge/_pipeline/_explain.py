@@ -1,6 +1,6 @@
 """``dlbridge.explain``: the record of a conversion, decided by the pipeline's own first stage and not run.
 
-The conversion would export ``x``, read the capsule and decide (``_convert.decide_stage``); explain
+The conversion would export ``x``, read the capsule and decide (``_stage.decide_stage``); explain
 does exactly that, ``dry``, and stops: nothing reaches the consumer and nothing is copied. The capsule
 is dropped unconsumed (which frees it); a copy the producer would export in x's place (a torch
 tensor's conjugate bit resolved, a read-only or byte-swapped array copied for copy=True) is described
@@ -18,8 +18,8 @@ from .._adapters import adapter_named, producer_name
 from .._capsule._read import CapsuleType
 from .._errors import DLBridgeError, OptionError
 from .._options import NOT_GIVEN, resolve_fallback
-from ._convert import decide_stage
 from ._handoff import Handoff, refused
+from ._stage import decide_stage
 
 __all__ = ["explain"]
 

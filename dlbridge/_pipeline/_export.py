@@ -150,5 +150,14 @@ def described(made: Any, producer: str | None) -> DLPackInfo:
     shape = info.shape if made.shape is None else made.shape
     kind = info.versioned if made.versioned is None else made.versioned
     # data_ptr 0: a new allocation, whose address is not known before it is made
-    return replace(info, shape=shape, strides=None, byte_offset=0, data_ptr=0, readonly=False, versioned=kind,
-                   version=(info.version or MAX_VERSION) if kind else None, flags=info.flags & ~FLAG_READ_ONLY)
+    return replace(
+        info,
+        shape=shape,
+        strides=None,
+        byte_offset=0,
+        data_ptr=0,
+        readonly=False,
+        versioned=kind,
+        version=(info.version or MAX_VERSION) if kind else None,
+        flags=info.flags & ~FLAG_READ_ONLY,
+    )

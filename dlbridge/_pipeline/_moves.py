@@ -1,27 +1,24 @@
-"""Conversions that move memory between devices: the producer's own copy, an upload of the host's
-bytes by the target, or a DLPack ``dl_device=`` copy from a producer dlbridge has no adapter for.
+"""Conversions that move memory between devices, decided: the producer's own copy, an upload of the
+host's bytes by the target, or a DLPack ``dl_device=`` copy from a producer dlbridge has no adapter for.
 
-``plan_move`` decides (the record's ``move``), ``move`` runs it: the moved array goes to the pipeline's
-next stage, whose memory the target can use.
+``plan_move`` decides (the record's ``move``) before anything is copied; the pipeline runs it
+(``_convert.move``): the moved array goes to its next stage, whose memory the target can use.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .._adapters import HOST, Adapter, producer_name
-from .._capsule._read import CapsuleType, DLPackInfo, device_name, read
-from .._dtypes import BY_NAME, unsigned_of_width
-from .._errors import CapsuleError, DeviceMismatchError, DLBridgeError
+from .._adapters import Adapter, producer_name
+from .._capsule._read import DLPackInfo, device_name, read
+from .._errors import DeviceMismatchError, DLBridgeError
 from .._options import Fallback
-from . import _convert as pipeline  # the pipeline (it imports this module: read at call time)
-from ._consume import finish
 from ._devices import check_device, described_on, device_of, handshake, on_device, require_device, stream_rule
 from ._export import MAX_VERSION, export
 from ._handoff import Handoff, Move, decide, dense_info
-from ._plan import Plan, plan_for
+from ._plan import plan_for
 
-__all__ = ["plan_move", "move"]
+__all__ = ["plan_move"]
 
 
 def plan_move(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int], dst_dev: tuple[int, int],
@@ -82,22 +79,6 @@ def _probe(x: Any, source: Adapter | None, src_dev: tuple[int, int]) -> tuple[An
     return capsule, check_device(read(capsule, producer_name(x)), src_dev)
 
 
-def move(front: Any, target: Adapter, device: Any, copy: bool | None, stream: int | None) -> Any:
-    """Run a record's move: the moved array for the next stage (``Next``), or the result (an upload)."""
-    record, x, source = front.record, front.x, front.source
-    src_dev, dst_dev = record.move.source, record.move.destination
-    wire = stream  # the target's stream on the destination (stream_rule: None off the GPU)
-    there = f"{device_name(dst_dev[0])}:{dst_dev[1]}"
-    probe = record.given
-    if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
-        moved = _moved_by(source, x, dst_dev, target, probe, there)
-        # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
-        return pipeline.Next(moved, front.fallback, front.dtype, dst_dev if dst_dev[0] == 1 else None, None, wire)
-    if src_dev[0] == 1:
-        return _upload(x, target, record.plan, probe, dst_dev, wire, there, front.capsule)
-    return pipeline.Next(_host_capsule(x, target, probe), front.fallback, front.dtype, dst_dev, None, None)
-
-
 def _check_move_allowed(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
                         dst_dev: tuple[int, int], device: Any, copy: bool | None, there: str) -> None:  # fmt: skip
     """Refuse a move the caller did not ask for (a copy they must opt into), or to a device the target lacks."""
@@ -114,62 +95,3 @@ def _check_move_allowed(x: Any, source: Adapter | None, target: Adapter, src_dev
         )  # fmt: skip
     if dst_dev[0] not in target.device_codes:
         raise DeviceMismatchError(f"to_{target.name}(): {target.name} cannot live on {there}")
-
-
-def _moved_by(adapter: Adapter, x: Any, dst_dev: tuple[int, int], target: Adapter, probe: DLPackInfo,
-              there: str) -> Any:  # fmt: skip
-    """``adapter.to_device(x, dst_dev)``, its failure (e.g. a CPU-only build asked for CUDA) a DeviceMismatchError."""
-    try:
-        return adapter.to_device(x, dst_dev)
-    except MemoryError:
-        raise
-    except Exception as err:
-        raise DeviceMismatchError(
-            f"to_{target.name}(): {adapter.name} could not copy {probe.describe()} to {there}: "
-            f"{type(err).__name__}: {err}"
-        ) from err
-
-
-def _upload(x: Any, target: Adapter, plan: Plan, probe: DLPackInfo, dst_dev: tuple[int, int], wire: int | None,
-            there: str, capsule: Any) -> Any:  # fmt: skip
-    """CPU memory its producer cannot move: the target uploads the raw bytes (a same-width uint
-    array), labels them with the dtype it imports (plan.wire), and the plan is applied there.
-    ``capsule``: x's export the move was decided on (staged, x's producer is not asked again)."""
-    width = BY_NAME[plan.wire].width
-    given = capsule if HOST.capabilities().versioned_capsules else None  # (a versioned capsule: _probe)
-    host = pipeline.to_host(x, unsigned_of_width(width) or plan.wire, given)
-    writable = True if HOST.is_readonly(host) else None  # the upload copies: a read-only source is fine
-    try:
-        if 1 in target.device_codes:
-            moved = target.to_device(pipeline.direct(host, target, plan.wire, writable), dst_dev)
-        else:
-            moved = pipeline.direct(target.from_host(host, dst_dev), target, plan.wire, None, wire)
-    except DLBridgeError:
-        raise
-    except MemoryError:
-        raise
-    except Exception as err:  # e.g. a CPU-only build asked for CUDA
-        raise DeviceMismatchError(
-            f"to_{target.name}(): {target.name} could not copy {probe.describe()} to {there}: "
-            f"{type(err).__name__}: {err}"
-        ) from err
-    return finish(moved, plan, target, None)
-
-
-def _host_capsule(x: Any, target: Adapter, probe: DLPackInfo) -> Any:
-    """A capsule of a CPU copy of ``x``, asked of a producer dlbridge has no adapter for (DLPack 1.0 dl_device=)."""
-    caps = target.capabilities()
-    try:
-        capsule = x.__dlpack__(
-            dl_device=(1, 0), copy=True, max_version=MAX_VERSION if caps.versioned_capsules else None
-        )
-    except MemoryError:
-        raise
-    except Exception as err:
-        raise DeviceMismatchError(
-            f"to_{target.name}(): {probe.producer} cannot copy {probe.describe()} to the CPU through "
-            f"DLPack (__dlpack__(dl_device=(1, 0), copy=True) raised {type(err).__name__}: {err})"
-        ) from err
-    if type(capsule) is not CapsuleType:
-        raise CapsuleError(f"{type(x).__name__}.__dlpack__(dl_device=...) returned {type(capsule).__name__}")
-    return capsule
