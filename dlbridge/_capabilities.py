@@ -63,6 +63,8 @@ class Capabilities(NamedTuple):
     exports_uint8: frozenset[str]  # as a producer: dtypes its capsules label uint8
     exports_as_float: frozenset[str]  # as a producer: dtypes its capsules label kDLFloat of their width
     cannot_export: frozenset[str]  # as a producer: dtypes its __dlpack__ refuses
+    min_ndim: int = 0  # the fewest dimensions its arrays can have ("ndim" rows)
+    max_ndim: int = 64  # the most (64: dlbridge's own bound on any capsule, _capsule._read.MAX_NDIM)
 
     @property
     def takes_raw_capsules(self) -> bool:
@@ -153,6 +155,9 @@ def _capabilities(consumer: str, version: str, generation: int) -> Capabilities:
     holds = imports.union(*(r.dtypes for r in rows if r.what == "holds"))
     flags: dict[str, object] = {f: any(r.what == f for r in rows) for f in FEATURES}
     flags.update({k: frozenset().union(*(r.dtypes for r in rows if r.what == k)) for k in PRODUCER_KINDS})
+    ranges = [r.ndim for r in rows if r.what == "ndim" and r.ndim is not None]
+    if ranges:
+        flags.update(min_ndim=max(lo for lo, _ in ranges), max_ndim=min(hi for _, hi in ranges))
     return Capabilities(consumer, version, imports, holds, **flags)  # type: ignore[arg-type]
 
 

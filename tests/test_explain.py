@@ -1,7 +1,12 @@
 """``dlbridge.explain`` says what the conversion then does: over the report's grid (every installed
 producer and consumer on the CPU, the report's dtypes, dense / transposed / read-only sources, every
 fallback, copy None/False/True), the error type it names is the one ``convert`` raises, and where it
-says the result shares memory, the result's data pointer is the source's (and only there).
+says the result shares memory, the result's data pointer is the source's (and only there). A second
+grid does the same for every consumer over what the first does not make: 0-d to 5-d arrays, torch's
+conjugate and negative bits, byte-swapped and odd-strided NumPy arrays, devices this process does not
+have (``device="cuda"`` on a CPU-only build), and raw CUDA / managed capsules and arrays claiming
+those devices (refused before any consumer sees their memory). And explain copies nothing: its peak
+memory does not grow with the source (a 256 MiB one).
 
 Each producer/consumer pair runs in a child (``isolated``): a crash fails one pair, not the suite.
 """
@@ -128,3 +133,203 @@ def test_cli_explain_prints_the_record() -> None:
     cmd = [sys.executable, "-m", "dlbridge", "explain", "torch", "float32", "numpy", "--layout", "readonly"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "torch cannot make a readonly float32 array" in done.stderr
+
+
+# --- shapes, lazy bits, devices this process lacks, GPU capsules: every consumer ------------------
+
+CONSUMERS = [c for c in INSTALLED if c in ADAPTERS]
+DEVICES = (None, "cpu", "cuda", "gpu", "cuda:1", ("cuda", 10**30))
+
+
+def _grid_sources() -> list[tuple[str, object]]:
+    """(label, source) that the report's grid does not make (each framework's as installed)."""
+    import numpy as np
+
+    out: list[tuple[str, object]] = []
+    for n in range(6):
+        out.append((f"numpy {n}-d", np.arange(2**n, dtype=np.float32).reshape((2,) * n)))
+    out.append(("numpy big-endian", np.arange(4, dtype=">f4")))
+    out.append(("numpy structured field", np.zeros(4, np.dtype([("a", "u1"), ("b", "f4")]))["b"]))
+    if "torch" in INSTALLED:
+        torch = need("torch")
+        for n in range(6):
+            out.append((f"torch {n}-d", torch.arange(2.0**n).reshape((2,) * n)))
+        c = torch.tensor([[1 + 2j, 3 - 4j], [5 + 6j, 7 + 8j]], dtype=torch.complex64)
+        out += [("torch conj", c.conj()), ("torch conj transposed", c.T.conj())]
+        out += [("torch neg", c.conj().imag), ("torch neg transposed", c.conj().imag.T)]
+    if "jax" in INSTALLED:
+        jnp = need("jax").numpy
+        out += [("jax 0-d", jnp.float32(2.0) * jnp.ones(())), ("jax 5-d", jnp.ones((1, 2, 1, 2, 1)))]
+    return out
+
+
+def _shares(src: object, out: object, consumer: str) -> bool:
+    from dlbridge._adapters import adapter_for
+
+    source = adapter_for(src)
+    assert source is not None
+    return bool(ADAPTERS[consumer].data_ptr(out) == source.data_ptr(src))
+
+
+def _compare(label: str, src: object, consumer: str, options: dict[str, object], wrong: list[str]) -> None:
+    record = dlbridge.explain(src, consumer, **options)
+    error, out = _outcome(src, consumer, **options)
+    case = f"{label} -> {consumer} {options}"
+    if error is not record.error:
+        wrong.append(f"{case}: explain said {record}, convert gave {error.__name__ if error else 'a result'}: {out}")
+    elif error is None and _shares(src, out, consumer) != record.shares:
+        wrong.append(f"{case}: explain said shares={record.shares} ({record}); the result does not agree")
+
+
+def _check_consumer(consumer: str) -> tuple[int, list[str]]:
+    _import_all()
+    compared, wrong = 0, []
+    for label, src in _grid_sources():
+        for device in DEVICES:
+            for copy in (None, False, True):
+                _compare(label, src, consumer, {"device": device, "copy": copy}, wrong)
+                compared += 1
+    return compared, wrong
+
+
+@pytest.mark.isolated
+@pytest.mark.parametrize("consumer", CONSUMERS)
+def test_explain_agrees_on_shapes_lazy_bits_and_devices(consumer: str) -> None:
+    compared, wrong = _check_consumer(consumer)
+    assert compared > 0
+    assert not wrong, f"{len(wrong)} of {compared} cases disagree:\n" + "\n".join(wrong[:20])
+
+
+def _gpu_capable(consumer: str) -> bool:
+    adapter = ADAPTERS[consumer]
+    return bool(adapter.device_codes - {1}) and adapter.has_cuda()
+
+
+@pytest.mark.isolated
+@pytest.mark.parametrize("consumer", CONSUMERS)
+def test_explain_agrees_on_gpu_capsules_this_process_cannot_use(consumer: str) -> None:
+    # The capsules point at host memory labelled CUDA: a consumer that read it as device memory could
+    # crash, so they are only handed to consumers this process has no GPU for (a child, all the same),
+    # where both explain and the conversion refuse them before any import (DeviceMismatchError).
+    from tests.ctypes_producer import CtypesArray
+
+    _import_all()
+    if _gpu_capable(consumer):
+        pytest.skip(f"{consumer} has a GPU in this process")
+    wrong: list[str] = []
+    for device in ((2, 0), (13, 0), (2, 3)):
+        array = CtypesArray.zeros(16, code=2, bits=32, shape=(4,)).with_(device=device, claimed_device=device)
+        for options in ({}, {"copy": True}, {"device": "cpu"}, {"device": "cuda"}, {"device": device}):
+            for versioned in (False, True):
+                capsule = array.capsule(versioned=versioned)
+                record = dlbridge.explain(capsule, consumer, **options)
+                error, out = _outcome(capsule, consumer, **options)
+                if error is not record.error or error is not dlbridge.DeviceMismatchError:
+                    wrong.append(f"capsule on {device} {options}: explain {record}, convert {error}: {out}")
+            if "device" in options and options["device"] != device or "copy" in options:
+                continue  # a move to the host: the producer's own copy (dl_device=), which this one cannot make
+            record = dlbridge.explain(array, consumer, **options)
+            error, out = _outcome(array, consumer, **options)
+            if error is not record.error or error is not dlbridge.DeviceMismatchError:
+                wrong.append(f"array on {device} {options}: explain {record}, convert {error}: {out}")
+    assert not wrong, "\n".join(wrong)
+
+
+# --- explain copies nothing ---------------------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+def _memory() -> tuple[int, int]:
+    """(current, peak) resident memory of this process in bytes (Linux /proc)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        fields = dict(line.split(":", 1) for line in status)
+    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+
+
+def _peak_growth(call: object) -> tuple[int, int]:
+    """(peak resident growth, tracemalloc peak) in bytes while ``call()`` runs."""
+    import tracemalloc
+
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as reset:  # the peak starts at the current size
+        reset.write("5")
+    before, _ = _memory()
+    tracemalloc.start()
+    try:
+        call()  # type: ignore[operator]
+        traced = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return _memory()[1] - before, traced
+
+
+def _big_sources(size: int = 256 * MIB) -> list[tuple[str, object, str, dict[str, object]]]:
+    """(label, ``size``-byte source, target, options) whose conversion copies in the producer or as the
+    target's own array: explain must describe that copy without making it."""
+    import numpy as np
+
+    n = size // 4
+    out: list[tuple[str, object, str, dict[str, object]]] = []
+    readonly = np.ones(n, np.float32)
+    readonly.flags.writeable = False
+    for target in ("onnxruntime", "jax", "warp"):  # legacy capsules only: NumPy's read-only export refused
+        out.append((f"read-only numpy, copy=True -> {target}", readonly, target, {"copy": True}))
+    swapped = np.ones(n, ">f4")
+    out += [("big-endian numpy, copy=True -> torch", swapped, "torch", {"copy": True}),
+            ("big-endian numpy, copy=True -> numpy", swapped, "numpy", {"copy": True})]  # fmt: skip
+    if "torch" in INSTALLED:
+        torch = need("torch")
+        conj = torch.ones(n // 2, dtype=torch.complex64).conj()
+        neg = torch.ones(n // 2, dtype=torch.complex64).conj().imag
+        grad = torch.ones(n, requires_grad=True)
+        out += [("torch conj -> numpy", conj, "numpy", {}), ("torch neg -> numpy", neg, "numpy", {}),
+                ("torch conj, copy=True -> torch", conj, "torch", {"copy": True}),
+                ("torch requires_grad, copy=True -> torch", grad, "torch", {"copy": True})]  # fmt: skip
+    return [case for case in out if case[2] in INSTALLED]
+
+
+@pytest.mark.isolated
+def test_explain_allocates_nothing_proportional_to_the_data() -> None:
+    import os
+
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to measure a peak")
+    _import_all()
+    grown = []
+    for label, src, target, options in _big_sources():
+        dlbridge.explain(src, target, **options)  # imports and first-call caches, outside the measure
+        record_holder: list[object] = []
+        rss, traced = _peak_growth(lambda: record_holder.append(dlbridge.explain(src, target, **options)))
+        record = record_holder[0]
+        assert getattr(record, "error", None) is None and not getattr(record, "shares", True), (label, record)
+        if rss > 32 * MIB or traced > 32 * MIB:
+            grown.append(f"{label}: explain grew the peak by {rss // MIB} MiB (traced {traced // MIB} MiB): {record}")
+    assert not grown, "\n".join(grown)
+
+
+@pytest.mark.isolated
+def test_a_copy_the_producer_makes_is_the_one_copy_true_asks_for() -> None:
+    """copy=True where the producer exports a copy in the array's place (read-only, byte-swapped, a torch
+    lazy bit): that copy is the result's memory, none is made after the import. explain says so (no
+    "copied (copy=True)" step) and the conversion's peak grows by one copy, not two."""
+    import os
+
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to measure a peak")
+    _import_all()
+    size, twice = 64 * MIB, []
+    for label, src, target, options in _big_sources(size):
+        record = dlbridge.explain(src, target, **options)
+        if record.producer_copy is None or options.get("copy") is not True:
+            continue  # a copy made as the target's own array (AsIs), or no copy=True
+        assert record.error is None and not record.copy and not record.shares, (label, str(record))
+        assert not any("copy=True" in step for step in record.steps), (label, str(record))
+        dlbridge.convert(src, target, **options)  # imports and first-call caches, outside the measure
+        held: list[object] = []
+        rss, _ = _peak_growth(lambda h=held, s=src, t=target, o=options: h.append(dlbridge.convert(s, t, **o)))
+        # JAX copies a CPU buffer that is not 64-byte aligned on import (its own copy, which dlbridge
+        # allows with copy=None): only the other consumers' peaks are one copy exactly.
+        if target != "jax" and rss > size * 3 // 2:
+            twice.append(f"{label}: the conversion grew the peak by {rss // MIB} MiB for a {size // MIB} MiB source")
+        held.clear()  # the result freed before the next case
+    assert not twice, "\n".join(twice)

@@ -94,14 +94,20 @@ def test_failed_conversion_of_torch_capsule_leaves_it_unchanged() -> None:
 
 
 @pytest.mark.parametrize("device", [(2, 0), (13, 0)], ids=["cuda", "cuda_managed"])
-def test_consumer_refusal_undoes_the_dtype_and_device_relabel(device) -> None:
-    """JAX without a GPU backend refuses a CUDA capsule without consuming it, after dlbridge has
+def test_consumer_refusal_undoes_the_dtype_and_device_relabel(device, monkeypatch) -> None:
+    """JAX without a GPU backend: a CUDA capsule is refused before any edit (DeviceMismatchError, as
+    explain says). Told it has one, JAX refuses it itself without consuming it, after dlbridge has
     relabelled it (dtype=, and managed -> cuda): both edits are undone."""
     if jax.devices()[0].platform != "cpu":
         pytest.skip("needs a JAX without a GPU backend (it would import the capsule)")
     p = CtypesArray.zeros(8, code=2, bits=16, shape=(4,)).with_(device=device)
     capsule = p.capsule(versioned=False)
     before = dlbridge.inspect(capsule)
+    with pytest.raises(dlbridge.DeviceMismatchError, match="JAX has no cuda device in this process"):
+        dlbridge.to_jax(capsule, dtype="bfloat16")
+    assert dlbridge.explain(capsule, "jax", dtype="bfloat16").error is dlbridge.DeviceMismatchError
+    assert dlbridge.inspect(capsule) == before
+    monkeypatch.setattr(dlbridge._adapters.ADAPTERS["jax"], "device_count", lambda device_type: None)
     for _ in range(2):  # the retry fails the same way, on the same unchanged capsule
         with pytest.raises(dlbridge.CapsuleError, match="refused"):
             dlbridge.to_jax(capsule, dtype="bfloat16")

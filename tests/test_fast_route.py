@@ -158,8 +158,8 @@ def test_a_declined_export_is_handed_to_the_pipeline(monkeypatch: pytest.MonkeyP
         pytest.skip(f"the route is off on this stack: {gap}")
     TO[dst](np.ascontiguousarray(base) if src == "numpy" else torch.from_numpy(base.copy()))  # the route learns
     exports, handed = [], []
-    real_export, real_convert = dlbridge._pipeline._convert._export, _route._convert
-    monkeypatch.setattr(dlbridge._pipeline._convert, "_export", lambda *a: exports.append(1) or real_export(*a))
+    real_export, real_convert = dlbridge._pipeline._stage._export, _route._convert
+    monkeypatch.setattr(dlbridge._pipeline._stage, "_export", lambda *a: exports.append(1) or real_export(*a))
 
     def counted(x: Any, target: Any, *args: Any) -> Any:
         handed.append(args[5] if len(args) > 5 else None)

@@ -238,6 +238,116 @@ def test_size_scanners_see_long_functions() -> None:
     assert isinstance(node, ast.FunctionDef) and (node.end_lineno or 0) - node.lineno + 1 > MAX_FUNCTION_LINES
 
 
+# --- devices and streams: one module ------------------------------------------------------------
+
+DEVICES = "_pipeline/_devices.py"  # where memory is, where the target can use it, the stream handshake
+# The stream rule's words: raised by _devices.stream_rule, and nowhere else.
+STREAM_RULE = "only stream=None is valid off the GPU"
+# A capsule's device (DLPackInfo's fields), read only by the capsule layer and the devices module.
+DEVICE_FIELDS = frozenset({"device_code", "device_id"})
+# Not a capsule's: the fields of a stored route's admission (decide's, compared field by field with a
+# capsule's facts in _route/_replay._admitted, as route.c's admitted does).
+ADMISSION_RECORDS = frozenset({"replay"})
+# The capsule layer's device edits and aliases: used only through the devices module.
+DEVICE_PRIMITIVES = frozenset({"relabel_device", "alias_device", "DEVICE_ALIASES"})
+# The adapters' stream handshake: asked only by the devices module (the adapters define them).
+STREAM_METHODS = frozenset({"current_stream", "no_sync_stream", "on_device"})
+
+
+def device_rule_breaks(path: Path, rel: str) -> list[str]:
+    """Where ``path`` (``rel`` under dlbridge/) decides about devices or streams itself: the stream
+    rule's message, a capsule's device read (a DLPackInfo field, or ``.device`` compared), the capsule
+    layer's device primitives, or an adapter's stream methods."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    capsule_layer, adapters = rel.startswith("_capsule/"), rel.startswith("_adapters/")
+    found = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and STREAM_RULE in node.value:
+            found.append(f"{rel}:{line}: the stream rule's message (raise it with _devices.stream_rule)")
+        if capsule_layer:
+            continue
+        if isinstance(node, ast.Attribute) and node.attr in DEVICE_FIELDS:
+            if isinstance(node.value, ast.Name) and node.value.id in ADMISSION_RECORDS:
+                continue
+            found.append(f"{rel}:{line}: reads a capsule's .{node.attr} (ask _devices)")
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Attribute) and o.attr == "device" for o in operands):
+                found.append(f"{rel}:{line}: compares a .device (ask _devices: placed, destination, ...)")
+        elif isinstance(node, ast.Name) and node.id in DEVICE_PRIMITIVES:
+            found.append(f"{rel}:{line}: uses {node.id} (ask _devices)")
+        elif isinstance(node, ast.alias) and node.name in DEVICE_PRIMITIVES:
+            found.append(f"{rel}:{line}: imports {node.name} (ask _devices)")
+        elif isinstance(node, ast.Attribute) and node.attr in STREAM_METHODS and not adapters:
+            found.append(f"{rel}:{line}: asks an adapter's .{node.attr} (ask _devices.handshake / on_device)")
+    return found
+
+
+def test_devices_and_streams_are_decided_in_one_module() -> None:
+    broken = [
+        hit
+        for path in _python_modules()
+        if (rel := str(path.relative_to(PACKAGE))) != DEVICES
+        for hit in device_rule_breaks(path, rel)
+    ]
+    assert not broken, "device or stream rules outside dlbridge/_pipeline/_devices.py:\n" + "\n".join(broken)
+    assert device_rule_breaks(PACKAGE / DEVICES, DEVICES), "the scanner no longer sees the devices module's own rules"
+
+
+def test_device_scanner_sees_each_kind_of_rule() -> None:
+    source = (
+        "from .._capsule._read import alias_device\n"
+        "def f(info, home, target, stream):\n"
+        f"    raise OptionError(f'stream={{stream!r}} on cpu: {STREAM_RULE}')\n"
+        "    if info.device != home or info.device_code != 1:\n"
+        "        return target.current_stream(home), info.device_id\n"
+    )
+    tmp = PACKAGE.parent / "build" / "device_probe.py"
+    tmp.parent.mkdir(exist_ok=True)
+    tmp.write_text(source, encoding="utf-8")
+    try:
+        hits = device_rule_breaks(tmp, "_pipeline/_probe.py")
+    finally:
+        tmp.unlink()
+    kinds = sorted({h.split(": ", 1)[1].split(" ")[0] for h in hits})
+    assert len(hits) == 6 and kinds == ["asks", "compares", "imports", "reads", "the"], hits
+
+
+def _callers(name: str) -> list[str]:
+    """``module:function`` for each function in the package that calls ``name`` (by name or attribute)."""
+    found = []
+    for path in _python_modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if any(getattr(c, "id", None) == name or getattr(c, "attr", None) == name for c in _own_calls(fn)):
+                found.append(f"{path.relative_to(PACKAGE)}:{fn.name}")
+    return found
+
+
+def _own_calls(fn: ast.AST) -> list[ast.expr]:
+    """What ``fn``'s own body calls (not the functions defined inside it)."""
+    calls, todo = [], list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call):
+            calls.append(node.func)
+        todo.extend(ast.iter_child_nodes(node))
+    return calls
+
+
+def test_an_arrays_export_is_read_checked_and_decided_in_one_sequence() -> None:
+    # export -> read -> check and relabel the device (_devices.placed) -> decide: written once, and
+    # called by the array stage, the deferred export (JAX's own ask) and explain (through decide_stage).
+    assert _callers("placed") == ["_pipeline/_stage.py:exported_handoff"]
+    callers = _callers("exported_handoff")
+    assert sorted(callers) == ["_pipeline/_convert.py:export_when_asked", "_pipeline/_stage.py:_array_stage"]
+
+
 # --- one place per rule: the capsule layer and the route's record ------------------------------------
 
 _LAYOUT_MODULE = PACKAGE / "_capsule" / "_layout.py"
@@ -331,3 +441,133 @@ def test_the_route_follows_the_admission_in_its_record(monkeypatch: pytest.Monke
     assert len(calls) == 1, "the route replayed a capsule its record does not admit"
     assert out.data_ptr() == x.ctypes.data and out.dtype == __import__("torch").float32
     state.routes[key] = replay
+
+
+# --- no import circles ---------------------------------------------------------------------------------
+
+# An import circle among dlbridge's modules makes what a module sees at import time depend on which
+# module was imported first (a name missing from a half-run module), and says the layers are not layers.
+# Counted: every import that runs when a module is imported (module level, class bodies, try/if blocks,
+# not an `if TYPE_CHECKING:` block, which never runs), and, separately, the imports inside functions.
+# A circle closed by an import inside a function would be allowed only where listed here with why
+# (module, the module it imports lazily): none is.
+LAZY_CIRCLES_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+def _import_edges(path: Path, known: set[str], name: str = "") -> tuple[set[str], set[str]]:
+    """(the dlbridge modules ``path`` (module ``name``) imports when it is imported, those it imports
+    inside functions). ``from .pkg import name`` names ``pkg.name`` where that is a module, else ``pkg``
+    (its __init__); a module's own package, which Python imports first, is not counted (no import of its)."""
+    name = name or _module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    eager: set[str] = set()
+    lazy: set[str] = set()
+
+    def targets(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [alias.name for alias in node.names]
+        base = package[: len(package) - node.level + 1] if node.level else []
+        module = ".".join([*base, *([node.module] if node.module else [])])
+        return [f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names]
+
+    def visit(statements: list[ast.stmt], in_function: bool) -> None:
+        for node in statements:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                (lazy if in_function else eager).update(t for t in targets(node) if t in known and t != name)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(node.body, True)
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse, in_function)
+            else:
+                for block in ("body", "orelse", "finalbody"):
+                    visit([s for s in getattr(node, block, []) if isinstance(s, ast.stmt)], in_function)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body, in_function)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body, False)
+    return eager, lazy
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph`` (module -> the modules it imports): its strongly connected
+    components of more than one module, each sorted (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def _import_graphs() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module-level imports, those and the imports inside functions) of every dlbridge module."""
+    paths = _python_modules()
+    known = {_module_name(p) for p in paths}
+    edges = {_module_name(p): _import_edges(p, known) for p in paths}
+    eager = {m: e for m, (e, _) in edges.items()}
+    lazy = {m: e | {t for t in lz if (m, t) not in LAZY_CIRCLES_ALLOWED} for m, (e, lz) in edges.items()}
+    return eager, lazy
+
+
+def test_no_import_circle_among_dlbridges_modules() -> None:
+    eager, with_lazy = _import_graphs()
+    assert len(eager) > 80 and eager["dlbridge._pipeline._convert"], "the import scanner found too little"
+    assert not _circles(eager), f"module-level import circles: {_circles(eager)}"
+    assert not _circles(with_lazy), (
+        f"import circles closed by imports inside functions: {_circles(with_lazy)} (break them, or list the "
+        "lazy import in LAZY_CIRCLES_ALLOWED with why)"
+    )
+
+
+def test_import_circle_scanner_sees_circles_and_the_imports_that_close_them() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert _circles(graph) == [["a", "b", "c"]]
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from . import _stage\n"
+        "from ._export import inspect\n"
+        "from .. import _errors as errors\n"
+        "if TYPE_CHECKING:\n"
+        "    from ._moves import plan_move\n"
+        "try:\n"
+        "    from .._capsule._read import read\n"
+        "except ImportError:\n"
+        "    pass\n"
+        "def f():\n"
+        "    from ._convert import direct\n"
+    )
+    probe = PACKAGE.parent / "build" / "circle_probe.py"
+    probe.parent.mkdir(exist_ok=True)
+    known = {"dlbridge._pipeline._stage", "dlbridge._pipeline._export", "dlbridge._errors",
+             "dlbridge._pipeline._moves", "dlbridge._capsule._read", "dlbridge._pipeline._convert"}  # fmt: skip
+    probe.write_text(source, encoding="utf-8")
+    try:
+        eager, lazy = _import_edges(probe, known, "dlbridge._pipeline._circle_probe")
+    finally:
+        probe.unlink()
+    assert eager == {"dlbridge._pipeline._stage", "dlbridge._pipeline._export", "dlbridge._errors",
+                     "dlbridge._capsule._read"}  # fmt: skip
+    assert lazy == {"dlbridge._pipeline._convert"}

@@ -206,6 +206,12 @@ class Adapter(ABC):
         return export_capsule(obj, stream=stream, max_version=max_version)
 
     # --- unusual states: consulted only after the producer failed (free on the common path) --
+    def export_retries(self, err: Exception) -> bool:
+        """Whether ``export`` asks the producer again after its ``__dlpack__(max_version=...)`` raised
+        ``err`` (another way the protocol allows): then an export the fast route saw fail with ``err``
+        is made again by the pipeline; any other failure is handled without asking the producer twice."""
+        return False
+
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
         """After ``export`` raised: a capsule of a stand-in that is right to share (a resolved
@@ -242,6 +248,12 @@ class Adapter(ABC):
     def cpu_devices(self) -> int:
         """How many CPU devices this framework numbers (all of them the host's memory)."""
         return 1
+
+    def device_count(self, device_type: int) -> int | None:
+        """How many GPUs of DLPack type ``device_type`` (one of ``device_codes``) this framework can
+        use in this process: 0 where it sees none (a CPU-only build); None where it sees some but
+        cannot number them cheaply (any index is then tried)."""
+        return None if self.has_cuda() else 0
 
     def current_stream(self, device: tuple[int, int]) -> int | None:
         """The stream this framework would use on ``device``, as DLPack's ``stream=`` integer."""

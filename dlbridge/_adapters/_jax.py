@@ -140,6 +140,9 @@ class JaxAdapter(FastRoute, Adapter):
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
         if self.sharded_over(obj) > 1:
             raise self.sharded_error(obj, target.name if target is not None else None)
+        refused = self._cannot_export(obj)  # (the fast route asks __dlpack__ itself, without export()'s check)
+        if refused is not None:
+            raise refused
         return super().export_failed(obj, stream=stream, max_version=max_version, copy=copy, target=target, dtype=dtype)
 
     @staticmethod
@@ -217,12 +220,18 @@ class JaxAdapter(FastRoute, Adapter):
         stream: int | None = self._device(device).get_stream_for_external_ready_events()
         return stream
 
+    def _cannot_export(self, obj: Any) -> UnsupportedDtypeError | None:
+        if not self.caps.cannot_export or obj.dtype.name not in self.caps.cannot_export:
+            return None
+        return UnsupportedDtypeError(
+            f"JAX {self.version} cannot export {obj.dtype.name} arrays through DLPack (JAX 0.5.3 and newer "
+            f"can); upgrade jax, or hand over its bits: x.view(jnp.uint{obj.dtype.itemsize * 8}) (a copy in XLA)"
+        )
+
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
-        if self.caps.cannot_export and obj.dtype.name in self.caps.cannot_export:
-            raise UnsupportedDtypeError(
-                f"JAX {self.version} cannot export {obj.dtype.name} arrays through DLPack (JAX 0.5.3 and newer "
-                f"can); upgrade jax, or hand over its bits: x.view(jnp.uint{obj.dtype.itemsize * 8}) (a copy in XLA)"
-            )
+        refused = self._cannot_export(obj)
+        if refused is not None:
+            raise refused
         capsule = export_capsule(obj, stream=stream, max_version=max_version)
         mislabelled = self.caps.exports_uint8
         if mislabelled and obj.dtype.name in mislabelled:  # JAX < 0.4.24 says uint8 for bool

@@ -13,8 +13,15 @@ from .._dtypes import BY_NAME, lookup
 from .._errors import MissingFrameworkError, OptionError, ProducerError, UnsupportedDtypeError
 from ._base import Adapter, AsIs, Prober, export_capsule
 from ._fast import FastExport, FastRoute
+from ._support import StandIn
 
 _ALIGN = 64
+
+
+def _odd_strides(arr: Any) -> bool:
+    """Whether some stride is not a multiple of the itemsize (which DLPack cannot describe)."""
+    size = arr.itemsize
+    return bool(size) and any(s % size for s in arr.strides)
 
 
 @lru_cache(maxsize=64)
@@ -231,21 +238,41 @@ class NumpyAdapter(FastRoute, Adapter):
             capsule = export_capsule(obj.view(self.mod.uint8), stream=None, max_version=(1, 3))
             mark_padded(capsule, BY_NAME["float4_e2m1fn"])
             return capsule
-        if obj.dtype.isnative:
+        if obj.dtype.isnative and not _odd_strides(obj):
             return super().export_failed(obj, stream=stream, max_version=max_version, copy=copy, target=target,
                                          dtype=dtype)  # fmt: skip
         # DLPack has no byte order: NumPy refuses to export a non-native one ("DLPack only supports
-        # native byte order", numpy/_core/src/multiarray/dlpack.c; probe 2026-11-25, numpy 2.4.6).
+        # native byte order", numpy/_core/src/multiarray/dlpack.c; probe 2026-11-25, numpy 2.4.6), nor
+        # strides that are not a multiple of the itemsize, a field of a structured array ("DLPack only
+        # supports strides which are a multiple of itemsize", same file; probe 2026-11-27, numpy 2.4.6).
         if target is self and dtype is None:  # NumPy holds it: as the fast route's ndarray.view() gives
-            raise AsIs(obj.copy() if copy else obj.view())
-        if copy is True and target is not None:  # the copy asked for, in native order
-            return self.export(obj.astype(obj.dtype.newbyteorder("=")), stream=stream, max_version=max_version)
+            raise AsIs(obj.view(), obj.copy if copy else None)
+        if copy is True and target is not None:  # the copy asked for: native order, C order
+            return self._copied(obj, stream, max_version)
+        if obj.dtype.isnative:  # strides DLPack cannot say
+            where = f"to_{target.name}(): " if target is not None else ""
+            raise ProducerError(
+                f"{where}a NumPy array of dtype {obj.dtype.str!r} (shape {list(obj.shape)}) has strides "
+                f"{list(obj.strides)}, not multiples of its itemsize {obj.itemsize} (a field of a structured "
+                "array?), which DLPack cannot describe, so its memory cannot be shared. Pass copy=True for a "
+                "dense copy, or np.ascontiguousarray(x) first"
+            )
         where = f"to_{target.name}(): " if target is not None else ""
         order = "big" if sys.byteorder == "little" else "little"
         raise ProducerError(
             f"{where}a NumPy array of dtype {obj.dtype.str!r} (shape {list(obj.shape)}) is {order}-endian, and "
             f"DLPack carries only this machine's byte order ({sys.byteorder}-endian), so its memory cannot be "
             'shared. Pass copy=True for a native-order copy, or x.astype(x.dtype.newbyteorder("=")) first'
+        )
+
+    def _copied(self, obj: Any, stream: int | None, max_version: tuple[int, int] | None) -> StandIn:
+        """A native-order, C-order copy exported in the array's place (made when the conversion runs)."""
+        native = obj.dtype.newbyteorder("=")
+        return StandIn(
+            lambda: self.export(obj.astype(native, order="C"), stream=stream, max_version=max_version),
+            lambda: self.export(self.mod.empty(0, native), stream=None, max_version=max_version),
+            "a native-order copy" if not obj.dtype.isnative else "a dense copy (strides DLPack cannot say)",
+            tuple(obj.shape),
         )
 
     def fast_export(self, cls: type) -> FastExport | None:
@@ -296,7 +323,12 @@ class NumpyAdapter(FastRoute, Adapter):
             return arr
         if arr.size == 0:
             return self.mod.empty_like(arr)  # no memory to share
-        return self.mod.asarray(_Writable(arr))
+        # A user-defined dtype's (ml_dtypes', isbuiltin 2) array interface is not NumPy's to read back
+        # ("<f1", "<V2"): its bits go through as same-width unsigned integers, viewed back as its own dtype.
+        size = arr.dtype.itemsize
+        bits = arr.view(f"u{size}") if arr.dtype.isbuiltin == 2 and size in (1, 2, 4, 8) else arr
+        alias = self.mod.asarray(_Writable(bits))
+        return alias if alias.dtype == arr.dtype else alias.view(arr.dtype)
 
     def view(self, arr: Any, dtype: str) -> Any:
         return arr.view(numpy_dtype(dtype))

@@ -92,7 +92,7 @@ class PaddleAdapter(FastRoute, Adapter):
         if target is None:  # described only (inspect): the same memory
             return export_capsule(obj.detach(), stream=stream, max_version=max_version)
         if target is self and dtype is None:  # paddle -> paddle: nothing to change, the graph is kept
-            raise AsIs(obj.clone() if copy else obj)
+            raise AsIs(obj, obj.clone if copy else None)
         what = f"{target.display} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
         raise ProducerError(
             f"to_{target.name}(): a paddle {str(obj.dtype).removeprefix('paddle.')}{list(obj.shape)} tensor has "

@@ -1,17 +1,19 @@
 """What adapters share besides the interface: the DLPack export call, the fast route's export
-description, the ``AsIs`` signal, and package metadata lookups (nothing here imports a framework)."""
+description, the ``AsIs`` signal, the ``StandIn`` of a copy, and package metadata lookups (nothing here
+imports a framework)."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from functools import cache
 from typing import Any, NamedTuple
 
 from .._errors import MissingFrameworkError
 
-__all__ = ["AsIs", "FastExport", "export_capsule", "findable", "distribution_version", "import_framework"]
+__all__ = ["AsIs", "StandIn", "FastExport", "export_capsule", "findable", "distribution_version", "import_framework"]
 
 # What Adapter.fast_export returns: (kind, handle, guards, alias, relabel).
 FastExport = tuple[int, Any, tuple[tuple[Any, bool, Any], ...], "str | None", "dict[Any, tuple[Any, int]] | None"]
@@ -31,11 +33,38 @@ class GpuExport(NamedTuple):
 
 class AsIs(Exception):  # a signal, caught in _convert
     """Raised by ``Adapter.export_failed`` when the target should get ``value`` itself, not an
-    import of a capsule (a torch tensor that requires grad, handed to torch: its graph is kept)."""
+    import of a capsule (a torch tensor that requires grad, handed to torch: its graph is kept).
+    ``copied``: where copy=True asks for a copy, the call that makes it (``result()``), made only
+    when the conversion runs: ``dlbridge.explain`` copies nothing."""
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: Any, copied: Callable[[], Any] | None = None) -> None:
         super().__init__()
         self.value = value
+        self.copied = copied
+
+    def result(self) -> Any:
+        return self.value if self.copied is None else self.copied()
+
+
+class StandIn:
+    """What ``Adapter.export_failed`` (or the pipeline's export) returns where a copy of the array is
+    right to share in its place (a torch tensor's conjugate bit resolved, a byte-swapped or read-only
+    array copied): the copy is made only when the conversion runs, never by ``dlbridge.explain``.
+
+    ``make()``: the copy's capsule (the copy made, C order, writable, exported as asked).
+    ``describe()``: a capsule with the copy's dtype and device over memory that exists already (the
+    array's own, or none), of the kind the copy's will be, read by explain and never imported;
+    ``shape``: the copy's shape where that capsule's is another (None: the same); ``versioned``: the
+    copy's capsule kind where that capsule's is another (None: the same). ``why``: the step, as
+    explain says it.
+    """
+
+    __slots__ = ("make", "describe", "shape", "why", "versioned")
+
+    def __init__(self, make: Callable[[], Any], describe: Callable[[], Any], why: str,
+                 shape: tuple[int, ...] | None = None) -> None:  # fmt: skip
+        self.make, self.describe, self.why, self.shape = make, describe, why, shape
+        self.versioned: bool | None = None
 
 
 @cache
@@ -54,9 +83,22 @@ def export_capsule(obj: Any, *, stream: int | None, max_version: tuple[int, int]
         return obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
     try:
         return obj.__dlpack__(stream=stream, max_version=max_version)
-    except TypeError:
-        # Producers older than DLPack 1.0 don't take max_version.
+    except TypeError as err:
+        # Producers older than DLPack 1.0 don't take max_version (nor, older still, stream). Any other
+        # TypeError is the producer's own, raised from inside its __dlpack__: asking again would run it
+        # (and its side effects) twice.
+        if not _arguments_refused(err):
+            raise
         return obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
+
+
+def _arguments_refused(err: TypeError) -> bool:
+    """Whether ``err`` refuses a call's arguments, as CPython's and C extensions' argument parsers say
+    it ("got an unexpected keyword argument 'max_version'", "takes no arguments (2 given)", "'stream'
+    is an invalid keyword argument"): every form names an argument (probe 2026-11-27: Python 3.11,
+    NumPy 1.26's __dlpack__)."""
+    text = str(err)
+    return "argument" in text or "max_version" in text
 
 
 def distribution_version(module: str) -> str | None:

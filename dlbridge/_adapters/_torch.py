@@ -13,6 +13,7 @@ from .._errors import DLBridgeError, ProducerError
 from ._base import Adapter, AsIs, Prober, export_capsule
 from ._fast import FastExport, FastRoute, GpuExport
 from ._numpy import aligned_copy, raw_bits
+from ._support import StandIn
 
 # torch's Tensor.__dlpack__ refuses a tensor that requires grad or has its conjugate bit set, but
 # exports one with the negative bit set as its bare memory, without the sign (probe 2026-11-23,
@@ -174,12 +175,11 @@ class TorchAdapter(FastRoute, Adapter):
         if error is not None:
             raise error
         if target is None:  # described only: the same memory, without the lazy bits' meaning
-            plain = obj.detach()
-            return export_capsule(plain.conj() if plain.is_conj() else plain, stream=stream, max_version=max_version)
+            return self._plain_capsule(obj, stream, max_version)
         call = f"to_{target.name}()"
         if obj.requires_grad:
             if target is self and dtype is None:  # torch -> torch: nothing to change, the graph is kept
-                raise AsIs(obj.clone() if copy else obj)
+                raise AsIs(obj, obj.clone if copy else None)
             what = f"{target.display} cannot carry its autograd graph" if target is not self else "dtype= would cut it"
             raise ProducerError(
                 f"{call}: {_describe(obj)} requires grad, and {what}; dlbridge does not drop it silently. "
@@ -194,9 +194,27 @@ class TorchAdapter(FastRoute, Adapter):
                     f"its memory holds other values than it stands for, so only a resolved copy is right to "
                     f"share, which copy=False forbids. Pass copy=None, or {fix} first."
                 )
-            resolved = obj.resolve_conj().resolve_neg()  # a copy with the values the tensor stands for
-            return self.export(resolved, stream=stream, max_version=max_version)
+            return StandIn(
+                lambda: self.export(self._resolved(obj), stream=stream, max_version=max_version),
+                lambda: self._plain_capsule(obj, stream, max_version),
+                f"a resolved copy (its {'conjugate' if conj else 'negative'} bit applied)",
+            )
         return None
+
+    def _resolved(self, obj: Any) -> Any:
+        """A C-order copy with the values the tensor stands for, in one copy whatever its strides:
+        copy_ writes the values of a tensor with the conjugate or negative bit into one that has
+        neither (probe 2026-11-27, torch 2.13: equal to x.resolve_conj() / x.resolve_neg() of a
+        transposed tensor, is_conj() and is_neg() False, strides C order)."""
+        out = self.mod.empty(obj.shape, dtype=obj.dtype, device=obj.device)
+        with self.mod.no_grad():
+            return out.copy_(obj)
+
+    @staticmethod
+    def _plain_capsule(obj: Any, stream: int | None, max_version: tuple[int, int] | None) -> Any:
+        """A capsule of the tensor's own memory, the lazy bits' meaning left out (described, never imported)."""
+        plain = obj.detach()
+        return export_capsule(plain.conj() if plain.is_conj() else plain, stream=stream, max_version=max_version)
 
     def state_error(self, obj: Any) -> DLBridgeError | None:
         torch = self.mod
@@ -241,6 +259,14 @@ class TorchAdapter(FastRoute, Adapter):
             )
         return None
 
+    def device_of(self, obj: Any) -> tuple[int, int]:
+        # Tensor.__dlpack_device__ asks is_pinned() of a CPU tensor, which for one with the conjugate
+        # or negative bit materialises a resolved copy first (probe 2026-11-27, torch 2.13: the peak
+        # grows by the tensor's size); its storage says the same without copying anything.
+        if (obj.is_conj() or obj.is_neg()) and obj.device.type == "cpu":
+            return (3 if obj.untyped_storage().is_pinned() else 1, 0)
+        return super().device_of(obj)
+
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.cuda.is_available())
@@ -248,6 +274,19 @@ class TorchAdapter(FastRoute, Adapter):
             raise
         except Exception:
             return False
+
+    def device_count(self, device_type: int) -> int | None:
+        # A ROCm build's devices are kDLROCM (10), a CUDA build's kDLCUDA (2); torch.version.hip is
+        # None on CUDA and CPU-only builds (torch/version.py), device_count() 0 without a GPU.
+        hip = getattr(self.mod.version, "hip", None) is not None
+        if device_type != (10 if hip else 2):
+            return 0
+        try:
+            return int(self.mod.cuda.device_count())
+        except MemoryError:
+            raise
+        except Exception:  # no driver: no device this process can use
+            return 0
 
     def current_stream(self, device: tuple[int, int]) -> int | None:
         if device[0] not in GPU_CODES:

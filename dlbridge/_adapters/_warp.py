@@ -5,8 +5,8 @@ with ``strides`` NULL for a contiguous array: read as C order. Arrays of vector 
 dtypes (``wp.vec3``, ``wp.mat22``) export as their scalar type with the vector's shape appended
 (4 ``vec3`` -> float32 (4, 3)). ``from_dlpack`` takes 1 to 4 dimensions, any strides, and
 ignores the capsule's ``byte_offset`` (``warp/_src/dlpack.py`` ``_unpack_array`` passes
-``dlt.data`` as the pointer); this adapter refuses the dimensions and corrects the offset
-(probe 2026-11-25, warp-lang 1.19.0).
+``dlt.data`` as the pointer); the capability row's "ndim" refuses the dimensions (``decide``), this
+adapter corrects the offset (probe 2026-11-25, warp-lang 1.19.0).
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from .._capsule._read import read
 from .._errors import LayoutError
 from ._base import Adapter, Prober
 from ._fast import FastExport, FastRoute
-
-_MAX_DIMS = 4  # warp.types.ARRAY_MAX_DIMS
 
 
 def _export(obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
@@ -129,15 +127,16 @@ class WarpAdapter(FastRoute, Adapter):
 
     def _import_checked(self, capsule: Any) -> Any:
         # The route's cheap probe first (ndim at 7, byte_offset at 13); anything else is read in full.
+        # The dimensions are the capability row's ("ndim", read by _handoff.decide): the fast route,
+        # which replays records whatever the dimensions, meets them here and hands the capsule,
+        # untouched, to the pipeline, which refuses it with the fix.
+        caps = self.caps
         probe = _probe_py(capsule)
-        if probe is not None and 1 <= probe[7] <= _MAX_DIMS and not probe[13]:
+        if probe is not None and caps.min_ndim <= probe[7] <= caps.max_ndim and not probe[13]:
             return self._from_dlpack(capsule)
         info = read(capsule)
-        if not 1 <= len(info.shape) <= _MAX_DIMS:
-            fix = "x.reshape(1) (and [0] afterwards)" if not info.shape else "a reshape to 4 dimensions or fewer"
-            raise LayoutError(
-                f"Warp arrays have 1 to {_MAX_DIMS} dimensions, this one has {len(info.shape)}; pass {fix}"
-            )
+        if not caps.min_ndim <= len(info.shape) <= caps.max_ndim:
+            raise LayoutError(f"Warp arrays have {caps.min_ndim} to {caps.max_ndim} dimensions, not {len(info.shape)}")
         arr = self._from_dlpack(capsule)
         if info.byte_offset and info.size:
             # warp.from_dlpack points the array at dlt.data, leaving out byte_offset: the same

@@ -93,6 +93,11 @@ class DLPackInfo:
         return (self.device_code, self.device_id)
 
     @property
+    def on_host(self) -> bool:
+        """Whether the memory is the host's (kDLCPU), as the capsule says (or the pipeline relabelled it)."""
+        return self.device_code == 1
+
+    @property
     def is_copied(self) -> bool:
         return bool(self.flags & FLAG_IS_COPIED)
 

@@ -9,7 +9,9 @@
  *
  * One rule for errors on the way (settle()): an Exception sends the call to the pipeline, which
  * meets it again and says what went wrong; MemoryError, KeyboardInterrupt, SystemExit and every
- * other BaseException propagate.
+ * other BaseException propagate. The producer is asked once per conversion: an Exception its export
+ * raised is handed to the pipeline (export_failed()), and so is a capsule the consumer refused
+ * without taking it (import_capsule()).
  */
 #include "route.h"
 
@@ -29,6 +31,11 @@ static PyObject *call_pipeline(PyObject *const *args, PyObject *given) {
  * (none made, or not since the route's checks). -1 with an error set where wrapping it failed. */
 static int handover(Call *c, PyObject **given) {
     *given = NULL;
+    if (c->failed != NULL) { /* the export failed: the pipeline handles its error as its own export's */
+        *given = c->failed;
+        c->failed = NULL;
+        return 0;
+    }
     if (!c->handover) return 0;
     if (c->managed != NULL) {
         c->capsule = PyCapsule_New(c->managed, VERSIONED, managed_capsule_destructor);
@@ -161,9 +168,15 @@ static int import_capsule(Call *c, DLDataType saved) {
         c->result = PyObject_CallFunctionObjArgs(importer, c->capsule, NULL);
     }
     if (c->result != NULL) return STEP_OK;
+    PyObject *type = NULL, *raised = NULL, *tb = NULL;
+    PyErr_Fetch(&type, &raised, &tb); /* (kept while the capsule's name is read) */
     const char *name = PyCapsule_GetName(c->capsule);
-    if (name != NULL && (strcmp(name, VERSIONED) == 0 || strcmp(name, LEGACY) == 0)) c->tensor->dtype = saved;
+    if (name != NULL && (strcmp(name, VERSIONED) == 0 || strcmp(name, LEGACY) == 0)) {
+        c->tensor->dtype = saved;
+        c->handover = 1; /* refused without taking it: the pipeline decides on this capsule, no second export */
+    }
     if (name == NULL) PyErr_Clear(); /* (the consumer's error is the one that counts) */
+    PyErr_Restore(type, raised, tb);
     return settle();
 }
 
@@ -210,6 +223,7 @@ PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (step != STEP_OK) Py_XDECREF(c.result);
     if (step == STEP_DECLINE && handover(&c, &given) < 0) step = STEP_ERROR; /* no memory for a capsule */
     free_managed(c.managed);
+    Py_XDECREF(c.failed);
     Py_XDECREF(c.capsule);
     Py_XDECREF(c.replay);
     Py_XDECREF(c.producer);

@@ -19,10 +19,12 @@ struct Call {
     long fallback;                      /* the fallback's index in g_fallbacks */
     int device_type, device_id;         /* the device x is on, which its export was made for */
     int versioned;                      /* whether the export is a versioned tensor */
-    int handover;                       /* declined after the export, before any consumer saw it */
+    int handover;                       /* declined after the export, before any consumer took it */
+    PyObject *failed;                   /* the Exception the producer's export raised (handed to the pipeline) */
 };
 
 int settle(void);
+int export_failed(Call *c);
 int check_guards(Call *c, PyObject *guards);
 int export_x(Call *c);
 int read_export(Call *c, long long forced);

@@ -14,6 +14,23 @@ int settle(void) {
     return STEP_ERROR;
 }
 
+/* After the producer's __dlpack__ (or export function) raised: an Exception (not MemoryError) is kept
+ * for the pipeline, which handles it as its own export's without asking the producer again (its side
+ * effects run once); anything else as settle() says. */
+int export_failed(Call *c) {
+    if (PyErr_Occurred() == NULL || !PyErr_ExceptionMatches(PyExc_Exception) ||
+        PyErr_ExceptionMatches(PyExc_MemoryError))
+        return settle();
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    XSETREF(c->failed, value); /* (NULL: nothing to hand over, the pipeline exports again) */
+    return STEP_DECLINE;
+}
+
 /* Whether every guard holds: getattr(x, name) (or the guard's object itself where it is not a name: a
  * function of the process's state), called when asked, is the expected object. */
 int check_guards(Call *c, PyObject *guards) {
@@ -93,7 +110,7 @@ static int export_tensor(Call *c, PyObject *source) {
         c->capsule = method ? PyObject_Call(method, g_empty, ask_versioned ? g_versioned_kw : NULL) : NULL;
         Py_XDECREF(method);
     }
-    return c->capsule != NULL ? STEP_OK : settle();
+    return c->capsule != NULL ? STEP_OK : export_failed(c);
 }
 
 static void write_dtype(DLTensor *t, long long triple) {

@@ -10,7 +10,7 @@ from types import CoroutineType, GeneratorType
 from typing import Any
 
 from .._adapters import Adapter, adapter_for
-from .._capsule._read import DEVICE_ALIASES, alias_device, device_name
+from .._capsule._read import device_name
 from .._dtypes import BY_NAME, DType, dtype_name, lookup
 from .._errors import (
     CapsuleError,
@@ -24,6 +24,7 @@ from .._errors import (
 )
 from .._options import NOT_GIVEN, Fallback, resolve_fallback
 from .._pipeline._convert import run_stages
+from .._pipeline._devices import result_device
 from .._pipeline._explain import explain
 from .._pipeline._handoff import Handoff
 from .._route._replay import SPECS
@@ -273,9 +274,7 @@ class _Call:
         if self.first_adapter is None and self.first_device is None:
             self.first_adapter = source
             dev = device_or_unknown(x) if spec.track_device else (0, 0)
-            if dev[0] in DEVICE_ALIASES and (source is None or dev[0] not in source.device_codes):
-                dev = alias_device(dev)  # a pinned torch tensor's results come back as CPU tensors
-            self.first_device = dev
+            self.first_device = result_device(dev, source)  # a pinned torch tensor's results: CPU tensors
         if source is spec.target and spec.keep_native:
             self.given[id(x)] = (x, x, None)  # handed back, it is the caller's own object, not a view
             return x

@@ -148,12 +148,12 @@ def _admission(info: DLPackInfo, target: FastRoute, caps: Capabilities, plan: Pl
     strides for one (``needs_dense``), a versioned capsule only where it reads legacy ones alone
     (``_refusal``); below the consumer's import alignment its import is another one (the adapter's
     ``import_alignment``: it copies through the host)."""
-    wire = BY_NAME[plan.wire]
+    wire, (device_type, device_id) = BY_NAME[plan.wire], info.device
     return Admission(
         wire=wire.code | wire.bits << 8 | wire.lanes << 16,
         triple=info.code | info.bits << 8 | info.lanes << 16,
-        device_type=info.device_code,
-        device_id=info.device_id,
+        device_type=device_type,
+        device_id=device_id,
         kinds=KIND_LEGACY | (KIND_VERSIONED if caps.versioned_capsules else 0),
         readonly_ok=caps.readonly_arrays,
         offset_ok=not caps.offset_needs_strides,
@@ -165,6 +165,10 @@ def _refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan,
              copy: bool | None) -> tuple[type[DLBridgeError], str] | None:  # fmt: skip
     """The first check that refuses handing ``info`` over with ``plan``, as (error, message)."""
     call = f"to_{target.name}()"
+    if not caps.min_ndim <= info.ndim <= caps.max_ndim:  # (the capability row's "ndim")
+        fix = "x.reshape(1) (and [0] afterwards)" if info.ndim < caps.min_ndim else "a reshape to fewer dimensions"
+        return LayoutError, (f"{call}: {caps.consumer} {caps.version} arrays have {caps.min_ndim} to {caps.max_ndim} "
+                             f"dimensions, and {info.describe()} has {info.ndim}; pass {fix}")  # fmt: skip
     if plan.mode == "upcast" and copy is False:
         return UnsupportedDtypeError, (
             f'{call}: {caps.consumer} cannot hold {plan.logical}, and fallback="upcast" makes a float32 copy of '
@@ -231,7 +235,7 @@ def _consumer_copies(info: DLPackInfo, caps: Capabilities) -> bool:
     """Whether the consumer's import of ``info`` is a copy (it copies every import, or this unaligned one)."""
     if not info.size:
         return False
-    unaligned = caps.copies_unaligned and info.device_code == 1 and info.data_ptr % ALIGNMENT != 0
+    unaligned = caps.copies_unaligned and info.on_host and info.data_ptr % ALIGNMENT != 0
     return caps.copies_imports or unaligned
 
 
@@ -251,7 +255,7 @@ def _dense(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
         plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
     except (UnsupportedDtypeError, OptionError) as err:
         return Handoff(who, target.name, info, type(err), str(err))
-    if source is None and info.device_code != 1:
+    if source is None and not info.on_host:
         return Handoff(who, target.name, info, LayoutError, (
             f"to_{target.name}(): {info.describe()} from an unknown producer has strides "
             f"{list(info.strides or ())} that {target.name} cannot share, and dlbridge knows no way to make it "

@@ -65,11 +65,14 @@ class Handoff(NamedTuple):
     then: Handoff | None = None
     raised: BaseException | None = None  # the error as found on the way (its cause kept), if one was
     admits: Admission | None = None  # the capsules this record holds for (a stored route replays it)
+    producer_copy: str | None = None  # the producer exports a copy in the array's place: what it is
 
     @property
     def shares(self) -> bool:
         """Whether the result shares the source's memory (nothing copied on the way)."""
         if self.error is not None or self.copy or self.move is not None or self.dense is not None:
+            return False
+        if self.producer_copy is not None:  # the producer exported a copy in the array's place
             return False
         if self.fp4 is not None:
             return self.fp4 != "repack"
@@ -84,7 +87,7 @@ class Handoff(NamedTuple):
         consumer's own ``from_dlpack`` takes it too (what the report predicts native imports by)."""
         if self.error is not None or self.keep or self.move is not None or self.dense is not None:
             return False
-        if self.fp4 is not None or self.c_order or self.drop_readonly:
+        if self.fp4 is not None or self.c_order or self.drop_readonly or self.producer_copy is not None:
             return False
         return self.plan is not None and self.plan.mode == "native"
 
@@ -109,7 +112,8 @@ class Handoff(NamedTuple):
                    "elements": "relabelled as one value a byte (the same bytes)",
                    "repack": "repacked on the host (a copy)"}[self.fp4]  # fmt: skip
             return (f"{self.source} export", f"fp4 {how}", f"import into {self.target}")
-        steps.append(f"{self.source} export ({'dltensor_versioned' if self.versioned else 'dltensor'})")
+        what = "export" if self.producer_copy is None else f"exports {self.producer_copy}"
+        steps.append(f"{self.source} {what} ({'dltensor_versioned' if self.versioned else 'dltensor'})")
         if self.drop_readonly:
             steps.append("READ_ONLY cleared for the copy made right after")
         if self.c_order:
@@ -162,6 +166,7 @@ class Handoff(NamedTuple):
             "logical": None if self.plan is None else self.plan.logical,
             "wire": None if self.plan is None else self.plan.wire,
             "shares": self.shares,
+            "producer_copy": self.producer_copy,
             "steps": list(self.steps),
             "then": None if self.then is None else self.then.to_json(),
         }  # fmt: skip

@@ -21,7 +21,7 @@ def check_copy_size(info: DLPackInfo, target: str, what: str, nbytes: int | None
     ``info.nbytes``) exceeds this machine's memory."""
     if nbytes is None:
         nbytes = info.nbytes
-    if info.device_code != 1 or nbytes < 1 << 30:
+    if not info.on_host or nbytes < 1 << 30:
         return
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

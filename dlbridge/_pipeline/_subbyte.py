@@ -14,28 +14,25 @@ A consumer imports pairs (its ``imports`` row names ``float4_e2m1fn_x2``) or hol
 Where the source's bytes are what the consumer reads, the capsule is relabelled in place (packed ->
 pairs, padded -> NumPy: zero-copy); otherwise the values are repacked on the host (a copy, refused
 under ``copy=False``). For an fp4 capsule its target
-does not import as it is (``_handoff.decide`` asks :func:`plan`, the pipeline calls :func:`run`); NumPy's
+does not import as it is (``_handoff.decide`` asks :func:`plan`, the pipeline runs its kind: ``_repack.run``); NumPy's
 ml_dtypes arrays, which NumPy cannot export, are exported as flagged one-value-a-byte capsules
 (``_capsule._edit.mark_padded``, the NumPy adapter's ``export_failed``).
 """
 
 from __future__ import annotations
 
-import ctypes
-from dataclasses import replace
-from math import prod
 from typing import Any
 
 from .._adapters import HOST, Adapter, export_capsule
 from .._capabilities import Capabilities
 from .._capsule._abi import FLAG_PADDED
-from .._capsule._edit import mark_padded, restore, rewrite, set_shape
-from .._capsule._read import DLPackInfo, c_strides
+from .._capsule._edit import mark_padded
+from .._capsule._read import DLPackInfo
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, LayoutError
 from .._options import Fallback
 
-__all__ = ["FP4", "PAIRS", "FLAG_PADDED", "plan", "run", "handles_fp4", "pack", "padded_capsule",
+__all__ = ["FP4", "PAIRS", "FLAG_PADDED", "plan", "handles_fp4", "pack", "padded_capsule",
            "unpack"]  # fmt: skip
 
 FP4 = "float4_e2m1fn"
@@ -60,11 +57,7 @@ def pack(codes: Any) -> Any:
     return (codes[..., 0::2] & 0x0F) | ((codes[..., 1::2] & 0x0F) << 4)
 
 
-def _fp4_view(codes: Any) -> Any:
-    return HOST.view(codes, FP4)  # ml_dtypes' float4_e2m1fn: one value a byte
-
-
-# --- the pipeline's hook ------------------------------------------------------------------------
+# --- the plan (decide's) ------------------------------------------------------------------------
 
 
 def _layout(info: DLPackInfo) -> str:
@@ -95,7 +88,7 @@ def plan(info: DLPackInfo, caps: Capabilities, target: Adapter, source: Adapter 
     form = _form(caps)
     layout = _layout(info)
     # fallback="view" asks for a zero-copy uint8 view of pairs' bytes, which it keeps getting
-    if form is None or info.device_code != 1 or (fallback == "view" and info.lanes == 2):
+    if form is None or not info.on_host or (fallback == "view" and info.lanes == 2):
         return None
     if layout == "elements" and target is HOST:
         return ("elements", None, "")
@@ -115,82 +108,12 @@ def plan(info: DLPackInfo, caps: Capabilities, target: Adapter, source: Adapter 
     return ("repack", None, "")
 
 
-def run(kind: str, capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, copy: bool | None) -> Any:
-    """Carry out ``plan``'s kind on the capsule (unconsumed until here)."""
-    if kind == "pairs":
-        pairs = _pairs_info(info)
-        _as_pairs(capsule, info, target)
-        return _import(capsule, pairs, target, caps, None, copy)
-    if kind == "elements":  # also a caller's raw capsule: relabelled, and restored if the host refuses it
-        u8 = replace(info, dtype="uint8", code=1, bits=8, lanes=1)
-        saved = rewrite(capsule, BY_NAME["uint8"], None, False)
-        try:
-            host = _import(capsule, u8, HOST, HOST.capabilities(), None, copy)
-        except BaseException:
-            restore(capsule, saved)
-            raise
-        return _fp4_view(host)
-    codes = _codes(capsule, info)
-    del capsule  # unconsumed: the producer's destructor frees it
-    return _deliver(codes, info, target, _form(caps) or "elements")
-
-
-def _import(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabilities, dtype: str | None,
-            copy: bool | None) -> Any:  # fmt: skip
-    """A one-stage handoff of ``capsule`` to ``target`` (its record decided and checked first)."""
-    from ._consume import import_capsule
-    from ._handoff import decide
-
-    record = decide(info, target, caps, "raise", dtype, copy)
-    record.raise_error()
-    return import_capsule(capsule, info, target, caps, record, copy)
-
-
-def _deliver(codes: Any, info: DLPackInfo, target: Adapter, form: str) -> Any:
-    """Codes (one a byte, the source's logical shape) as the consumer's fp4 array (a new one)."""
-    from ._convert import direct
-
-    if form == "elements":
-        return target.from_host(_fp4_view(codes), (1, 0))
-    return direct(HOST.mod.ascontiguousarray(pack(codes)), target, PAIRS)
-
-
-def _codes(capsule: Any, info: DLPackInfo) -> Any:
-    """The capsule's values as uint8 codes, one a byte, in its logical shape (a new host array)."""
-    xp = HOST.mod  # the host framework's module
-    if info.lanes == 2:  # pairs: the bytes as uint8 (zero-copy, any strides), then split
-        host = _import(capsule, info, HOST, HOST.capabilities(), "uint8", None)
-        shape = (*info.shape[:-1], info.shape[-1] * 2) if info.shape else (2,)
-        return unpack(host, host.size * 2).reshape(shape)
-    if info.flags & FLAG_PADDED:  # one value a byte: the bytes as uint8 (any strides), low nibbles
-        rewrite(capsule, BY_NAME["uint8"], None, False)
-        u8 = replace(info, dtype="uint8", code=1, bits=8, lanes=1)
-        return _import(capsule, u8, HOST, HOST.capabilities(), None, None) & 0x0F
-    size = prod(info.shape)
-    packed = xp.frombuffer(ctypes.string_at(info.data_ptr, (size + 1) // 2), dtype=xp.uint8)
-    return unpack(packed, size).reshape(info.shape)
-
-
-def _as_pairs(capsule: Any, info: DLPackInfo, target: Adapter) -> None:
-    """Relabel a C-ordered packed capsule in place as pairs: dtype (17, 4, 2), last dimension halved."""
-    if not info.shape or info.shape[-1] % 2:
-        raise LayoutError(_odd_message(info, target))
-    pairs = _pairs_info(info)
-    rewrite(capsule, BY_NAME[PAIRS], None, False)
-    set_shape(capsule, pairs.shape, pairs.strides)
-
-
 def padded_capsule(elements_u8: Any, max_version: tuple[int, int] | None) -> Any:
     """A capsule describing one-value-a-byte fp4 (``elements_u8``: its bytes as uint8): dtype (17, 4, 1),
     flagged IS_SUBBYTE_TYPE_PADDED where the capsule is versioned (for describing it: ``inspect``)."""
     capsule = export_capsule(elements_u8, stream=None, max_version=max_version)
     mark_padded(capsule, BY_NAME[FP4])
     return capsule
-
-
-def _pairs_info(info: DLPackInfo) -> DLPackInfo:
-    shape = (*info.shape[:-1], info.shape[-1] // 2)
-    return replace(info, dtype=PAIRS, lanes=2, shape=shape, strides=c_strides(shape))
 
 
 def _copy_message(info: DLPackInfo, target: Adapter, caps: Capabilities, form: str) -> str:

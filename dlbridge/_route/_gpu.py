@@ -86,13 +86,20 @@ def _labelled(capsule: Any, triple: int | None) -> Any:
 
 
 def export(producer: Any, x: Any, device: tuple[int, int], stream: int, versioned: bool) -> Any:
-    """x's capsule for a consumer reading on ``stream``, the handshake done; None: declined, nothing exported."""
+    """x's capsule for a consumer reading on ``stream``, the handshake done; None: declined, nothing exported;
+    an Exception: the error the producer's export raised (the pipeline handles it, not asking again)."""
     source, triple = _source(producer, x)
     # (No exchange-API export here: its tensor needs a capsule with a C destructor, the compiled route's;
     # the producer's own __dlpack__(stream=) records no event where the consumer's stream is its own.)
     if producer.current_device is not None and producer.current_device() != device[1]:
         return None  # its handshake is made on the current device: the pipeline switches to x's first
-    return _labelled(_dlpack(source, stream, versioned and producer.gpu_kind != EXPORT_METHOD_LEGACY), triple)
+    try:
+        capsule = _dlpack(source, stream, versioned and producer.gpu_kind != EXPORT_METHOD_LEGACY)
+    except MemoryError:
+        raise
+    except Exception as err:
+        return err
+    return _labelled(capsule, triple)
 
 
 def deferred(producer: Any, x: Any, device: tuple[int, int], versioned: bool, check: Any) -> DeferredCarrier:

@@ -25,7 +25,7 @@ from .._pipeline._logical import remembering
 from ._records import EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD, Producer, Replay, State
 from ._specs import SPECS
 
-__all__ = ["SPECS", "DEVICE_SHIFT", "DEVICE_ID_SHIFT", "producers", "spec_for", "new_state", "learn"]
+__all__ = ["SPECS", "DEVICE_SHIFT", "DEVICE_ID_SHIFT", "producers", "spec_for", "new_state", "learn", "current"]
 
 DEVICE_SHIFT, DEVICE_ID_SHIFT = 40, 48
 
@@ -71,6 +71,16 @@ def learn(spec: list[Any], target: Adapter, x: Any, result: Any) -> None:
     if len(producers) >= 64:
         producers.clear()
     producers[cls] = producer
+
+
+def current(x: Any) -> bool:
+    """Whether the stored Producer of ``type(x)`` is the one its adapter gives now, so that an export it
+    made is the adapter's own. One learned before a module the adapter reads was loaded (ml_dtypes:
+    NumPy's relabels) exports as the producer alone does, which fails where the adapter's export does not."""
+    held, fresh = producers.get(type(x)), _producer(type(x), adapter_for(x))
+    if held is None or fresh is None:
+        return held is fresh
+    return all(getattr(held, name) == getattr(fresh, name) for name in held._fields)
 
 
 def _producer(cls: type, source: Any) -> Any:
@@ -151,7 +161,9 @@ def _decide(target: FastRoute, caps: Capabilities, key: int) -> Any:
     if name is None or home_of(device, target) != (device, True):  # the pipeline relabels or moves it first
         return None
     versioned = caps.versioned_capsules
-    info = DLPackInfo(name, code, bits, lanes, device_name(device[0]), device[1], (), None, 0, 0, False, versioned,
+    # one element (the dimensions are the consumer's importer's to check: Warp's, from its "ndim" row; a
+    # capsule it refuses without taking it goes to the pipeline, which says why)
+    info = DLPackInfo(name, code, bits, lanes, device_name(device[0]), device[1], (1,), None, 0, 0, False, versioned,
                       None, None, device_code=device[0])  # fmt: skip
     record = decide(info, target, caps, FALLBACKS[fallback], None, None)
     if record.admits is None:

@@ -26,7 +26,10 @@ another thread) and makes dlbridge learn again changes what the next call reads,
 
 One rule for errors on the way, on both paths: an ``Exception`` sends the call to the pipeline (which
 meets it again and says what went wrong), except ``MemoryError``; ``KeyboardInterrupt``, ``SystemExit``
-and every other ``BaseException`` propagate as they are.
+and every other ``BaseException`` propagate as they are. The producer is asked once per conversion:
+an ``Exception`` its export raised is handed to the pipeline, which handles it as its own export's, and
+so is a capsule the consumer refused without taking it (``_Handover``). (A deferred export, made inside
+the consumer's import, declines: the pipeline's own deferred export asks when its consumer asks.)
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from .._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback,
 from .._pipeline import _logical
 from .._pipeline._convert import _convert
 from . import _gpu as gpu
-from ._learn import DEVICE_ID_SHIFT, DEVICE_SHIFT, SPECS, learn, new_state, producers, spec_for
+from ._learn import DEVICE_ID_SHIFT, DEVICE_SHIFT, SPECS, current, learn, new_state, producers, spec_for
 from ._records import (  # noqa: F401  (_Py*: the pure-Python records, also where compiled ones are used)
     EXPORT_FUNCTION,
     EXPORT_METHOD,
@@ -81,7 +84,10 @@ def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, c
               exported: Any = None) -> Any:  # fmt: skip
     """What both routes decline to: the full pipeline converts x, then the route learns from it.
     ``exported``: x's capsule, which the route exported and declined before any consumer saw it; the
-    pipeline reads it instead of exporting x again."""
+    pipeline reads it instead of exporting x again. Or the error that export raised, which the pipeline
+    handles as its own export's where x's Producer is current (else its adapter exports x itself)."""
+    if isinstance(exported, Exception) and not current(x):
+        exported = None  # a Producer learned before ml_dtypes loaded: the adapter relabels what the route did not
     if type(spec[0].target) is str:  # a spec not yet used (_specs): its target by name
         spec[0] = new_state(adapter_named(spec[0].target))
     target = spec[0].target
@@ -113,8 +119,8 @@ _DECLINED = object()
 
 
 class _Handover(NamedTuple):
-    """A decline after the export, before any consumer saw the capsule: the pipeline reads this capsule
-    rather than exporting x again (one export per conversion)."""
+    """A decline after the export, before any consumer took the capsule: the pipeline reads this capsule
+    (or handles this error, the export's) rather than exporting x again (one export per conversion)."""
 
     capsule: Any
 
@@ -158,8 +164,12 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
         capsule = None if stream is None else gpu.export(producer, x, device, stream, state.versioned)
         if capsule is None:
             return _DECLINED
+        if isinstance(capsule, Exception):  # the export failed: the pipeline handles its error, not asking again
+            return _Handover(capsule)
     except MemoryError:
         raise
+    except _ExportFailed as failed:
+        return _Handover(failed.error)
     except Exception:
         return _DECLINED
     return _deliver(state, capsule, fb, device)
@@ -167,8 +177,8 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
 
 def _deliver(state: Any, capsule: Any, fb: int, device: tuple[int, int]) -> Any:
     """An exported capsule on ``device`` (the one its array claimed) checked, and imported as its
-    stored route says; a ``_Handover`` of it where the route does not replay it, ``_DECLINED`` where
-    the import failed."""
+    stored route says; a ``_Handover`` of it where the route does not replay it (or the consumer
+    refused it without taking it), ``_DECLINED`` where the consumer took it and failed."""
     found = _route_for(state, capsule, fb, device)
     if type(found) is not tuple:
         return found
@@ -222,14 +232,27 @@ def _export(state: Any, producer: Any, x: Any) -> Any:
     source = x if alias is None else getattr(x, alias)()
     if relabel is not None:  # a dtype the framework holds but cannot export
         source = x.view(relabel[0])
-    if kind == EXPORT_FUNCTION:
-        capsule = producer.handle(source)
-    else:  # the exchange API's kind too: see below
-        legacy = not state.versioned or kind == EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
-        capsule = source.__dlpack__() if legacy else source.__dlpack__(max_version=_VERSION)
+    try:
+        if kind == EXPORT_FUNCTION:
+            capsule = producer.handle(source)
+        else:  # the exchange API's kind too: see below
+            legacy = not state.versioned or kind == EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
+            capsule = source.__dlpack__() if legacy else source.__dlpack__(max_version=_VERSION)
+    except MemoryError:
+        raise
+    except Exception as err:  # the producer's own failure: handled by the pipeline, not asked again
+        raise _ExportFailed(err) from None
     if relabel is not None:
         relabel_triple(capsule, relabel[1])
     return capsule
+
+
+class _ExportFailed(Exception):
+    """The producer's export raised ``error`` (an Exception): handed to the pipeline."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
 
 
 def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[int, int]) -> Any:
@@ -243,7 +266,8 @@ def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[in
     except Exception:
         if wire != triple:
             restore_triple(capsule, triple)
-        return _DECLINED
+        # refused without taking it (still named as exported): the pipeline decides on it, no second export
+        return _Handover(capsule) if probe(capsule) is not None else _DECLINED
     return result if finish is None else finish(result)
 
 

@@ -53,7 +53,8 @@ FEATURES = (
 # but cannot put in a capsule at all. dlbridge's export through the producer's adapter relabels the
 # first two with the true dtype, zero-copy.
 PRODUCER_KINDS = ("exports_uint8", "exports_as_float", "cannot_export")
-KINDS = ("imports", "holds", *FEATURES, *PRODUCER_KINDS)
+# "ndim": the numbers of dimensions a consumer's arrays can have (the row's ``ndim``, inclusive).
+KINDS = ("imports", "holds", *FEATURES, *PRODUCER_KINDS, "ndim")
 
 
 class Support(NamedTuple):
@@ -78,6 +79,7 @@ class Row(NamedTuple):
     until: str | None  # first version without it (exclusive); None = still
     requires: str | None  # modules that must be installed, optionally ">=version", comma-separated (all of them)
     source: str
+    ndim: tuple[int, int] | None = None  # "ndim" rows: (fewest, most) dimensions
 
 
 class Framework(NamedTuple):
@@ -105,8 +107,8 @@ class Framework(NamedTuple):
 
 
 def row(consumer: str, what: str, dtypes: Iterable[str] = (), since: str | None = None, until: str | None = None,
-       requires: str | None = None, *, source: str) -> Row:  # fmt: skip
-    return Row(consumer, what, frozenset(dtypes), since, until, requires, source)
+       requires: str | None = None, *, source: str, ndim: tuple[int, int] | None = None) -> Row:  # fmt: skip
+    return Row(consumer, what, frozenset(dtypes), since, until, requires, source, ndim)
 
 
 # ml_dtypes 0.5.0 added float8_e3m4, float8_e4m3 and float8_e8m0fnu (ml_dtypes CHANGELOG 0.5.0);

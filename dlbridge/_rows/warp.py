@@ -41,7 +41,14 @@ ROWS: tuple[Row, ...] = (
         source=f"warp/_src/dlpack.py _unpack_array keeps the capsule's strides (in bytes, signed); {_PROBE}: "
         "numpy a[::-1] reads back reversed, same address",
     ),
+    row(
+        "warp",
+        "ndim",
+        ndim=(1, 4),
+        source="warp/_src/types.py ARRAY_MAX_DIMS = 4 (array.__init__ line 3568: 'the maximum number of "
+        f"dimensions is 4'); {_PROBE}, repeated 2026-11-27: warp.from_dlpack of a 5-d NumPy capsule raises that "
+        "RuntimeError, of a 0-d one IndexError ('list assignment index out of range')",
+    ),
     # readonly_arrays: absent (warp arrays have no read-only state). compact_only: absent (transposed,
-    # sliced and broadcast strides shared, probe as above). 0-d and >4-d arrays are refused by
-    # WarpAdapter.import_capsule (Warp arrays have 1 to 4 dimensions).
+    # sliced and broadcast strides shared, probe as above).
 )
