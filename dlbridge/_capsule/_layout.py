@@ -61,8 +61,8 @@ def _format(structure: type[ctypes.Structure]) -> str:
 TENSOR_STRUCT = struct.Struct("@" + _format(DLTensor))
 MANAGED_STRUCT = struct.Struct("@" + _format(VersionedHeader) + _format(DLTensor))
 VERSIONED_TENSOR = ctypes.sizeof(VersionedHeader)  # where dl_tensor starts in DLManagedTensorVersioned
-VERSIONED_FLAGS: int = VersionedHeader.flags.offset  # type: ignore[attr-defined]
-VERSIONED_DELETER: int = VersionedHeader.deleter.offset  # type: ignore[attr-defined]
+VERSIONED_FLAGS: int = VersionedHeader.flags.offset
+VERSIONED_DELETER: int = VersionedHeader.deleter.offset
 # A legacy DLManagedTensor: its DLTensor, then manager_ctx and the deleter.
 LEGACY_STRUCT = struct.Struct("@" + _format(DLTensor) + "PP")
 LegacyBytes = ctypes.c_char * LEGACY_STRUCT.size

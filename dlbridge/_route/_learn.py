@@ -169,6 +169,7 @@ def _decide(target: FastRoute, caps: Capabilities, key: int) -> Any:
     if record.admits is None:
         return None
     plan = record.plan
+    assert plan is not None  # a record that admits capsules has a plan
     if plan.mode == "reinterpret":
         finish = target.viewer(plan.logical)
     elif plan.mode == "view":  # the same record of its logical dtype the pipeline makes
