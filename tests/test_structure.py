@@ -280,13 +280,13 @@ def test_capsules_are_read_in_one_place() -> None:
             readers.append(path.relative_to(PACKAGE).as_posix())
     assert sorted(readers) == ["_capsule/_layout.py", "_capsule/_probe.py"], readers
     c_readers = [p.name for p in (PACKAGE / "_csrc").glob("*.c") if "->dl_tensor" in p.read_text(encoding="utf-8")]
-    assert sorted(c_readers) == ["capsules.c", "route.c"], c_readers  # route.c: an exchange export's own tensor
-    route_c = (PACKAGE / "_csrc" / "route.c").read_text(encoding="utf-8")
+    assert sorted(c_readers) == ["capsules.c", "steps.c"], c_readers  # steps.c: an exchange export's own tensor
+    route_c = "".join((PACKAGE / "_csrc" / name).read_text(encoding="utf-8") for name in ("route.c", "steps.c"))
     assert "view_capsule(" in route_c and "PyCapsule_GetPointer(c->capsule, LEGACY)" not in route_c
 
 
 # Admission fields: what a capsule must say for a stored route to replay its record (decide's Admission).
-_ADMISSION_FIELDS = ("triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align")
+_ADMISSION_FIELDS = ("triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align", "clear_readonly")
 # Capability fields and adapter rules the route would re-derive a decision from, were it to read them.
 _RULES = ("readonly_arrays", "offset_needs_strides", "import_alignment", "copies_unaligned", "c_strides",
           "row_major_only", "needs_dense")  # fmt: skip
@@ -302,8 +302,8 @@ def test_the_route_replays_its_record_and_decides_nothing() -> None:
     replay_py = _code_of(PACKAGE / "_route" / "_replay.py")
     missing = [f for f in _ADMISSION_FIELDS if f"replay.{f}" not in replay_py]
     assert not missing, f"the Python route does not compare the admission's {missing}"
-    route_c = (PACKAGE / "_csrc" / "route.c").read_text(encoding="utf-8")
-    missing = [f for f in _ADMISSION_FIELDS if f"r->{f}" not in route_c]
+    route_c = "".join((PACKAGE / "_csrc" / name).read_text(encoding="utf-8") for name in ("route.c", "steps.c"))
+    missing = [f for f in _ADMISSION_FIELDS if f"r->{f}" not in route_c and f"c->replay->{f}" not in route_c]
     assert not missing, f"the compiled route does not compare the admission's {missing}"
     assert "state->align" not in route_c and "state->readonly_ok" not in route_c
 
@@ -322,7 +322,7 @@ def test_the_route_follows_the_admission_in_its_record(monkeypatch: pytest.Monke
     key, replay = next((k, r) for k, r in state.routes.items() if r is not None and r.triple == 0x1_20_02)
     calls: list[object] = []
     real = route._convert
-    monkeypatch.setattr(route, "_convert", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(route, "_convert", lambda *a, **kw: calls.append(a) or real(*a, **kw))
     dlbridge.to_torch(x)
     assert calls == [], "the stored route did not replay"
     strict = replay.record._replace(admits=replay.record.admits._replace(align=1 << 20))

@@ -38,13 +38,13 @@ from .._errors import (
     NotAnArrayError,
     OptionError,
 )
-from .._options import NOT_GIVEN, Fallback, resolve_fallback
+from .._options import NOT_GIVEN, Fallback, check_readonly, resolve_fallback
 from . import _logical
 from . import _subbyte as subbyte
 from ._consume import import_capsule, imported, ready
 from ._devices import check_device, device_of, home_of, host_device, parse_device, stream_for
 from ._export import MAX_VERSION, export, inspect
-from ._handoff import Handoff, decide
+from ._handoff import COPIED, Handoff, decide
 from ._logical import _entries as _views  # mutated in place, never rebound
 from ._moves import move, plan_move
 from ._plan import recalled_fallback
@@ -57,14 +57,14 @@ __all__ = ["convert", "inspect", "MAX_VERSION", "decide_stage", "run_stages", "F
 
 
 def convert(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
-            copy: bool | None = None, stream: int | None = None) -> Any:  # fmt: skip
+            copy: bool | None = None, stream: int | None = None, readonly: Any = "keep") -> Any:  # fmt: skip
     """Hand ``x`` to framework ``to`` (a name such as ``"torch"`` or the module).
 
     Zero-copy whenever the target can hold the data where it is; see the README for the
     fallback policy. ``copy=False`` forbids any copy, ``copy=True`` always copies.
     """
     target = adapter_named(to)
-    return _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream)
+    return _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream, readonly=readonly)
 
 
 class Next(NamedTuple):
@@ -76,6 +76,7 @@ class Next(NamedTuple):
     device: Any
     copy: bool | None
     stream: int | None
+    readonly: str = "keep"  # a copy the pipeline made: COPIED
 
 
 class Front(NamedTuple):
@@ -95,12 +96,12 @@ class Front(NamedTuple):
 
 
 def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-             stream: int | None, exported: Any = None) -> Any:  # fmt: skip
-    return run_stages(x, target, fallback, dtype, device, copy, stream, exported)[0]
+             stream: int | None, exported: Any = None, *, readonly: Any = "keep") -> Any:  # fmt: skip
+    return run_stages(x, target, fallback, dtype, device, copy, stream, exported, readonly=readonly)[0]
 
 
 def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-               stream: int | None, exported: Any = None) -> tuple[Any, Handoff]:  # fmt: skip
+               stream: int | None, exported: Any = None, *, readonly: Any = "keep") -> tuple[Any, Handoff]:  # fmt: skip
     """Decide, then run: at most a device move, a dense copy and the import, each stage decided on
     the array the stage before made (export -> read -> decide -> run). Returns the result and the
     record of its last stage (the import). ``exported``: x's capsule as the fast route exported it
@@ -108,8 +109,9 @@ def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: 
     exporting x again."""
     if copy is not None and copy is not True and copy is not False:
         raise OptionError(f"copy={copy!r}; expected True, False or None")
+    readonly = check_readonly(readonly)
     for _ in range(4):
-        front = decide_stage(x, target, fallback, dtype, device, copy, stream, exported)
+        front = decide_stage(x, target, fallback, dtype, device, copy, stream, exported, readonly=readonly)
         exported = None
         record = front.record
         if record.error is not None:
@@ -122,28 +124,29 @@ def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: 
         if record.move is not None:
             step = move(front, target, device, copy, stream)
         elif record.dense is not None:
-            step = _dense_copy(front, target, copy)
+            step = _dense_copy(front, target, copy, readonly)
         elif record.deferred:
-            step = _deferred(front, target, copy)
+            step = _deferred(front, target, copy, readonly)
         else:
             return _run(front, target, copy), record
         if type(step) is not Next:
             return step, record.then or record
-        x, fallback, dtype, device, copy, stream = step
+        x, fallback, dtype, device, copy, stream, readonly = step
     raise AssertionError(f"to_{target.name}(): no handoff after four stages")  # pragma: no cover
 
 
 def decide_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-                 stream: int | None, exported: Any = None) -> Front:  # fmt: skip
+                 stream: int | None, exported: Any = None, *, readonly: str = "keep") -> Front:  # fmt: skip
     """Where ``x`` is, its capsule (exported, not consumed) and the record for it; raises the errors
-    found before a record can be made (not an array, a producer that fails, a device it cannot use)."""
+    found before a record can be made (not an array, a producer that fails, a device it cannot use).
+    ``readonly``: checked (``check_readonly``), or the pipeline's COPIED."""
     if type(x) is not CapsuleType:
-        return _array_stage(x, target, fallback, dtype, device, copy, stream, exported)
-    return _capsule_stage(x, target, fallback, dtype, device, copy, stream)
+        return _array_stage(x, target, fallback, dtype, device, copy, stream, exported, readonly)
+    return _capsule_stage(x, target, fallback, dtype, device, copy, stream, readonly)
 
 
 def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-                 stream: int | None, exported: Any) -> Front:  # fmt: skip
+                 stream: int | None, exported: Any, readonly: str) -> Front:  # fmt: skip
     """``decide_stage`` for an array (anything but a raw capsule)."""
     cls = type(x)
     source = adapter_for(x)
@@ -181,7 +184,7 @@ def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device
         check_device(info, src_dev)  # raises unless the capsule is on the claimed device (or its alias)
         relabel_device(capsule, home)  # our own export: relabelled as the memory the target can use
         info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
-    record = decide(info, target, caps, fallback, dtype, copy, source=source)
+    record = decide(info, target, caps, fallback, dtype, copy, source=source, readonly=readonly)
     return front._replace(record=record, capsule=capsule, info=info, value=x if record.keep else None)
 
 
@@ -209,8 +212,8 @@ def _run(front: Front, target: Adapter, copy: bool | None) -> Any:
     return import_capsule(capsule, info, target, caps, record, copy, front.device_to)
 
 
-def _dense_copy(front: Front, target: Adapter, copy: bool | None) -> Next:
-    """The dense copy the record asks for, handed to the next stage."""
+def _dense_copy(front: Front, target: Adapter, copy: bool | None, readonly: str) -> Next:
+    """The dense copy the record asks for, handed to the next stage (the pipeline's own copy: COPIED)."""
     info = front.info
     assert info is not None
     dense, relabelled = _dense_source(front.x, front.source, info, target)
@@ -219,14 +222,14 @@ def _dense_copy(front: Front, target: Adapter, copy: bool | None) -> Next:
     # may copy it once more (JAX, misaligned) without harm: copy=None. At the same address
     # (only re-exported, e.g. NumPy dropping a byte_offset) the caller's copy= still applies.
     moved = info.size and adapter_for(dense).data_ptr(dense) != info.data_ptr  # type: ignore[union-attr]
-    return Next(dense, front.fallback, dtype, None, None if moved else copy, None)
+    return Next(dense, front.fallback, dtype, None, None if moved else copy, None, COPIED if moved else readonly)
 
 
 class _NeedsDense(Exception):  # a signal from inside a consumer's from_dlpack, caught in _deferred
     pass
 
 
-def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
+def _deferred(front: Front, target: Adapter, copy: bool | None, readonly: str) -> Any:
     """A GPU source handed to a consumer that asks the producer for a stream itself (JAX): the
     consumer gets a ``DeferredCarrier``, and the export, with every check of the pipeline, happens
     when it calls ``__dlpack__(stream=S)``, with its own ``S`` (one export, the right stream)."""
@@ -243,7 +246,8 @@ def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
             check_device(info, src_dev)
             relabel_device(capsule, home)
             info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
-        record = state["record"] = decide(info, target, caps, front.fallback, front.dtype, copy, source=source)
+        record = state["record"] = decide(info, target, caps, front.fallback, front.dtype, copy, source=source,
+                                          readonly=readonly)  # fmt: skip
         state["info"] = info
         if record.dense is not None:
             raise _NeedsDense
@@ -256,7 +260,7 @@ def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
     except AsIs as kept:
         return kept.value
     except _NeedsDense:
-        return _dense_copy(front._replace(info=state["info"], record=state["record"]), target, copy)
+        return _dense_copy(front._replace(info=state["info"], record=state["record"]), target, copy, readonly)
     except DLBridgeError:
         raise
     except Exception as err:
@@ -285,7 +289,7 @@ def _gpu_stream(stream: int | None, source: Adapter | None, target: Adapter, dev
 
 
 def _capsule_stage(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any,
-                   copy: bool | None, stream: int | None) -> Front:  # fmt: skip
+                   copy: bool | None, stream: int | None, readonly: str) -> Front:  # fmt: skip
     """A raw capsule: it can be relabelled (pinned -> cpu, CPU ids), not moved or made dense."""
     info = read(capsule)
     alias = alias_device(info.device)  # pinned / managed memory: see _devices.home_of
@@ -306,7 +310,7 @@ def _capsule_stage(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any
             "itself (not its capsule) so dlbridge can ask its producer for a copy"
         )
     caps = target.capabilities()
-    record = decide(info, target, caps, fallback, dtype, copy, raw=True)
+    record = decide(info, target, caps, fallback, dtype, copy, raw=True, readonly=readonly)
     return Front(record, capsule, info, capsule, None, caps, fallback, dtype, (info.device, info.device), device_to)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from .._adapters import adapter_named, producer_name
 from .._capsule._read import CapsuleType, device_name, read
 from .._errors import DLBridgeError, OptionError
-from .._options import NOT_GIVEN, resolve_fallback
+from .._options import NOT_GIVEN, check_readonly, resolve_fallback
 from ._convert import decide_stage
 from ._devices import check_device
 from ._export import MAX_VERSION, export
@@ -25,7 +25,7 @@ __all__ = ["explain"]
 
 
 def explain(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
-            copy: bool | None = None, stream: int | None = None) -> Handoff:  # fmt: skip
+            copy: bool | None = None, stream: int | None = None, readonly: Any = "keep") -> Handoff:  # fmt: skip
     """What ``convert(x, to, ...)`` with the same options would do, without doing it.
 
     Returns a ``Handoff``: ``error`` (the ``DLBridgeError`` subclass the conversion would raise, or
@@ -37,17 +37,17 @@ def explain(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None,
     try:
         if copy is not None and copy is not True and copy is not False:
             raise OptionError(f"copy={copy!r}; expected True, False or None")
-        resolved = resolve_fallback(fallback)
-        front = decide_stage(x, target, resolved, dtype, device, copy, stream)
+        resolved, readonly = resolve_fallback(fallback), check_readonly(readonly)
+        front = decide_stage(x, target, resolved, dtype, device, copy, stream, readonly=readonly)
         record = front.record
         if record.deferred:  # the consumer asks for the capsule with its stream: described here without one
-            record = _deferred(front, target, resolved, copy)
+            record = _deferred(front, target, resolved, copy, readonly)
     except DLBridgeError as err:
         return refused(who, target.name, err)
     return record
 
 
-def _deferred(front: Any, target: Any, fallback: Any, copy: bool | None) -> Handoff:
+def _deferred(front: Any, target: Any, fallback: Any, copy: bool | None, readonly: str) -> Handoff:
     """The record a deferred export (a GPU source into a consumer that asks with its own stream) would
     get: the capsule described as the pipeline's export then describes it, without a stream."""
     caps, source, (src_dev, home) = front.caps, front.source, front.devices
@@ -59,4 +59,5 @@ def _deferred(front: Any, target: Any, fallback: Any, copy: bool | None) -> Hand
     if info.device != home:  # as the pipeline relabels its own export (pinned/managed memory)
         check_device(info, src_dev)
         info = replace(info, device_type=device_name(home[0]), device_code=home[0], device_id=home[1])
-    return decide(info, target, caps, fallback, front.dtype, copy, source=source)._replace(deferred=True)
+    record = decide(info, target, caps, fallback, front.dtype, copy, source=source, readonly=readonly)
+    return record._replace(deferred=True)

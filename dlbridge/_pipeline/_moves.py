@@ -19,7 +19,7 @@ from . import _convert as pipeline  # the pipeline (it imports this module: read
 from ._consume import finish
 from ._devices import device_of
 from ._export import MAX_VERSION, inspect
-from ._handoff import Handoff, Move, decide, dense_info
+from ._handoff import COPIED, Handoff, Move, decide, dense_info
 from ._plan import Plan, plan_for
 
 __all__ = ["plan_move", "move"]
@@ -59,7 +59,7 @@ def _plan_move(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[i
         raise DeviceMismatchError(f"to_{target.name}(): dlbridge knows no way to move {probe.describe()} to {there}")
     moved = replace(dense_info(probe), device_type=device_name(dst_dev[0]), device_code=dst_dev[0],
                     device_id=dst_dev[1])  # fmt: skip
-    then = decide(moved, target, caps, fallback, dtype, None, source=source)
+    then = decide(moved, target, caps, fallback, dtype, None, source=source, readonly=COPIED)  # the move's own copy
     who = probe.producer or "?"
     return Handoff(who, target.name, probe, plan=plan, move=Move(src_dev, dst_dev, how), then=then)
 
@@ -74,10 +74,11 @@ def move(front: Any, target: Adapter, device: Any, copy: bool | None, stream: in
     if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
         moved = _moved_by(source, x, dst_dev, target, probe, there)
         # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
-        return pipeline.Next(moved, front.fallback, front.dtype, dst_dev if dst_dev[0] == 1 else None, None, wire)
+        return pipeline.Next(moved, front.fallback, front.dtype, dst_dev if dst_dev[0] == 1 else None, None, wire,
+                             COPIED)  # fmt: skip
     if src_dev[0] == 1:
         return _upload(x, target, record.plan, probe, dst_dev, wire, there)
-    return pipeline.Next(_host_capsule(x, target, probe), front.fallback, front.dtype, dst_dev, None, None)
+    return pipeline.Next(_host_capsule(x, target, probe), front.fallback, front.dtype, dst_dev, None, None, COPIED)
 
 
 def _check_move_allowed(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[int, int],
