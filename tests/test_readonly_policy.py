@@ -204,3 +204,28 @@ def test_the_guard_forwards_readonly() -> None:
     back = jax_result(torch.zeros(4))  # a JAX result back to torch: copied (results need only values)
     assert isinstance(back, torch.Tensor) and back.tolist() == [1.0] * 4
     assert jax_result_shared(torch.zeros(4)).tolist() == [1.0] * 4
+
+
+@pytest.mark.parametrize("consumer", ["torch", "cupy", "paddle"])
+def test_a_jax_capsule_into_a_consumer_row_without_read_only_arrays(consumer: str) -> None:
+    """The decision itself, on this JAX's own capsule (legacy and unflagged before 0.12, versioned and
+    READ_ONLY from 0.12), for a consumer's capability row read off the table (the consumer need not be
+    installed): refused naming both fixes; shared writable with readonly="drop"; a writable copy with
+    copy=True."""
+    from dlbridge._adapters import ADAPTERS
+    from dlbridge._capabilities import capabilities
+    from dlbridge._capsule._read import read
+    from dlbridge._pipeline._handoff import decide
+
+    x = _jax_array()
+    caps = capabilities(consumer, {"torch": "2.13.0", "cupy": "14.0.0", "paddle": "3.3.1"}[consumer])
+    assert not caps.readonly_arrays and caps.versioned_capsules
+    info = read(x.__dlpack__(max_version=(1, 3)), "jax")
+    target, jax = ADAPTERS[consumer], ADAPTERS["jax"]
+    keep = decide(info, target, caps, "raise", None, None, source=jax)
+    assert keep.error is dlbridge.ReadOnlyError and "(JAX arrays are immutable)" in keep.message
+    assert keep.message.endswith(BOTH_FIXES), keep.message
+    drop = decide(info, target, caps, "raise", None, None, source=jax, readonly="drop")
+    assert drop.error is None and drop.shares and drop.drop_readonly and drop.shared_readonly
+    copied = decide(info, target, caps, "raise", None, True, source=jax)
+    assert copied.error is None and not copied.shares and copied.copy
