@@ -196,14 +196,15 @@ def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int]) ->
     found = _route_for(state, capsule, options, device)
     if type(found) is not tuple:
         return found
-    triple, replay = found
-    return _import(state, capsule, triple, replay, device)
+    triple, replay, saved = found
+    return _import(state, capsule, triple, replay, device, saved)
 
 
 def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) -> Any:
-    """(triple, Replay) for a capsule the stored route replays; a ``_Handover`` or ``_DECLINED`` otherwise.
-    The capsule's READ_ONLY flag is ORed into the options' read-only bit (the Producer's) for both the key
-    and the admission."""
+    """(triple, Replay, saved) for a capsule the stored route replays; a ``_Handover`` or ``_DECLINED``
+    otherwise. The capsule's READ_ONLY flag is ORed into the options' read-only bit (the Producer's) for both
+    the key and the admission; where the route clears it (``clear_readonly``: readonly="drop") it is cleared
+    here, and ``saved`` is what puts it back (None: nothing cleared), as the compiled ``find_route`` does."""
     facts = probe(capsule)
     if facts is None or (facts[VERSIONED_AT] and not state.versioned):
         return _DECLINED  # unread, or not the capsule kind the pipeline asks this consumer's producer for
@@ -221,7 +222,8 @@ def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) 
         replay = state.decide(key)
     if replay is None or not _admitted(replay, facts, triple, flags):
         return _Handover(capsule)
-    return triple, replay
+    cleared = replay.clear_readonly and facts[FLAGS_AT] & 1  # readonly="drop": a flag to clear
+    return triple, replay, rewrite(capsule, None, None, True) if cleared else None
 
 
 def _admitted(replay: Any, facts: Any, triple: int, flags: int) -> bool:
@@ -259,17 +261,16 @@ def _export(state: Any, producer: Any, x: Any) -> Any:
     return capsule
 
 
-def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[int, int]) -> Any:
+def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[int, int], saved: Any) -> Any:
     wire, finish = replay.wire, replay.finish
     if wire != triple:
         relabel_triple(capsule, wire)
-    saved = rewrite(capsule, None, None, True) if replay.clear_readonly else None  # readonly="drop"
     try:
         result = state.importer(Carrier(capsule, device) if state.kind == IMPORT_CARRIER else capsule)
     except MemoryError:
         raise
     except Exception:
-        if saved is not None:
+        if saved is not None:  # READ_ONLY cleared by _route_for
             restore(capsule, saved)
         if wire != triple:
             restore_triple(capsule, triple)
@@ -286,11 +287,9 @@ def _import_deferred(state: Any, producer: Any, x: Any, options: int, device: tu
         found = _route_for(state, capsule, options, device)
         if type(found) is not tuple:
             raise gpu.Declined
-        triple, replay = found
+        triple, replay, _ = found  # (READ_ONLY cleared where readonly="drop" asks)
         if replay.wire != triple:
             relabel_triple(capsule, replay.wire)
-        if replay.clear_readonly:  # readonly="drop"
-            rewrite(capsule, None, None, True)
         chosen.append(replay)
         return capsule
 
