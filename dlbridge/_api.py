@@ -242,16 +242,35 @@ def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: Fallb
 def capabilities(consumer: str, version: str | None = None) -> Capabilities:
     """What ``consumer`` accepts at ``version``, read off the capability table.
 
-    ``version`` defaults to the installed one, read from the package metadata (the framework is
-    not imported); MissingFrameworkError if it is not installed.
+    ``consumer`` is a framework's name (or an alias, "pytorch", "np") or its module; ``version`` a
+    version string ("2.13.0"), defaulting to the installed one, read from the package metadata (the
+    framework is not imported); MissingFrameworkError if it is not installed. OptionError for a
+    consumer dlbridge does not know or a version that is not a version string.
     """
     from ._adapters import adapter_named
     from ._capabilities import capabilities as table
+    from ._capabilities import parse_version
+    from ._errors import OptionError
 
+    adapter = adapter_named(consumer)
     if version is None:
-        adapter = adapter_named(consumer)
         return table(adapter.name, adapter.installed_version())
-    return table(consumer, version)
+    if not isinstance(version, str) or not parse_version(version):
+        kind = type(version).__name__
+        what = "not a version number" if isinstance(version, str) else f"a{'n' * (kind[0] in 'aeiou')} {kind}"
+        raise OptionError(
+            f"dlbridge.capabilities({adapter.name!r}, version={version!r}): the version is {what}; pass it as a "
+            f'string, e.g. version="{_example_version(adapter.name)}", or leave it out for the installed one'
+        )
+    return table(adapter.name, version)
+
+
+def _example_version(name: str) -> str:
+    """A version of framework ``name`` the table has rows for (for messages)."""
+    from ._capabilities import parse_version, table
+
+    since = [r.since for r in table() if r.consumer == name and r.since]
+    return max(since, key=parse_version) if since else "1.0"
 
 
 def register_numpy_dtypes() -> tuple[str, ...]:

@@ -59,6 +59,7 @@ class Capabilities(NamedTuple):
     copies_imports: bool
     exports_legacy_only: bool  # as a producer: legacy capsules only (no max_version)
     detects_bool_sources: bool
+    aborts_on_null_deleter: bool
     exports_uint8: frozenset[str]  # as a producer: dtypes its capsules label uint8
     exports_as_float: frozenset[str]  # as a producer: dtypes its capsules label kDLFloat of their width
     cannot_export: frozenset[str]  # as a producer: dtypes its __dlpack__ refuses

@@ -119,6 +119,8 @@ def _explain(args: argparse.Namespace) -> int:
         __import__(REPORTED[name].module)
     try:
         src = make_source(producer, args.device, reference(dtype), args.layout)
+    except MemoryError:
+        raise
     except Exception as err:
         raise UsageError(f"{producer} cannot make a {args.layout} {dtype} array on {args.device}: {err}") from None
     copy = None if args.copy is None else args.copy == "true"

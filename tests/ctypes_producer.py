@@ -129,8 +129,8 @@ def _capsule_destructor(capsule: int | None) -> None:
     address = _raw_pointer(capsule, name_ptr)
     with _lock:
         export = _live.get(address or 0)
-    if export is None:
-        return  # consumed and already deleted
+    if export is None or not export.struct.deleter:
+        return  # consumed and already deleted, or no deleter to call (the producer keeps the memory)
     name = ctypes.string_at(name_ptr) if name_ptr else b""
     if name == export.name and not name.startswith(b"used_"):
         _deleter(address)  # nobody took it: the producer cleans up
@@ -157,6 +157,7 @@ class Fields:
     flags: int = 0
     name: bytes | None = None  # None: "dltensor" / "dltensor_versioned"
     claimed_device: tuple[int, int] | None = None  # what __dlpack_device__ says, if not ``device``
+    null_deleter: bool = False  # a NULL deleter (DLPack allows one): the export is never freed (kept in _live)
 
 
 class UsedBy:
@@ -283,7 +284,7 @@ class CtypesArray:
         t.shape = ctypes.addressof(shape_arr) if shape_arr is not None else None
         t.strides = ctypes.addressof(strides_arr) if strides_arr is not None else None
         t.byte_offset = f.byte_offset
-        struct.deleter = _deleter
+        struct.deleter = DELETER() if f.null_deleter else _deleter  # DELETER(): a NULL function pointer
         address = ctypes.addressof(struct)
         name = f.name if f.name is not None else (b"dltensor_versioned" if versioned else b"dltensor")
         with _lock:

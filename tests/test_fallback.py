@@ -81,13 +81,13 @@ def test_the_record_dies_with_the_view() -> None:
     from dlbridge._pipeline import _logical as _logical
 
     x = _b11()
-    before = len(_logical._entries)
+    before = _logical.live()
     v = dlbridge.to_torch(x, fallback="view")
-    assert len(_logical._entries) == before + 1
+    assert _logical.live() == before + 1
     again = np.asarray(x).view(np.uint8)  # another object over the same memory: never relabelled
     assert again.ctypes.data == v.data_ptr() and dlbridge.to_numpy(again).dtype == np.uint8
     del v
-    assert len(_logical._entries) == before
+    assert _logical.live() == before
     assert dlbridge.to_numpy(again).dtype == np.uint8
 
 

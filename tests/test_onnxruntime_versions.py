@@ -188,19 +188,19 @@ def test_the_report_never_reads_an_ortvalue_that_is_not_on_the_host() -> None:
 
 @pytest.mark.usefixtures("supported")
 def test_the_route_never_replays_the_raw_capsule_of_a_producer_that_mislabels(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlbridge._route import _replay as _route
+    from dlbridge._route import _learn as _route
 
     adapter = ADAPTERS["onnxruntime"]
     monkeypatch.setattr(adapter, "caps", capabilities("onnxruntime", "1.30.0"))  # its rows before 1.32
     monkeypatch.setattr(adapter, "fast_export", lambda cls: (3, None, (), None, None))  # a raw replay asked for
     monkeypatch.setitem(_route._seen, ort.OrtValue, -1)  # asked again at the next conversion,
-    monkeypatch.delitem(_route._producers, ort.OrtValue, raising=False)  # which takes the pipeline
+    monkeypatch.delitem(_route.producers, ort.OrtValue, raising=False)  # which takes the pipeline
     value, _ = _ortvalue(reference("float32", (2, 3)))
     dlbridge.to_torch(value)
-    assert ort.OrtValue not in _route._producers  # dropped: only an export through the adapter relabels
+    assert ort.OrtValue not in _route.producers  # dropped: only an export through the adapter relabels
     monkeypatch.undo()
     _route._seen.pop(ort.OrtValue, None)
-    _route._producers.pop(ort.OrtValue, None)
+    _route.producers.pop(ort.OrtValue, None)
     dlbridge.to_torch(value)
-    found = _route._producers.get(ort.OrtValue)
+    found = _route.producers.get(ort.OrtValue)
     assert found is not None and found.kind == (2 if "bool" in CAPS.exports_uint8 else 3)

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 
 import dlbridge
-from dlbridge._pipeline._logical import _entries
+from dlbridge._pipeline._logical import live
 from tests._guard_sources import (
     FP4,
     PATHS,
@@ -338,11 +338,12 @@ def backs_for(call: GuardCall, sources: dict[int, Source]) -> list[str | None]:
 
 
 def run_and_check_leaks(call: GuardCall) -> str:
-    before = len(_entries)
+    before = live()
     event = run_guard(call)
-    if len(_entries) > before:
+    if live() > before:
         gc.collect()
-    assert len(_entries) <= before, f"{len(_entries) - before} view records outlived the call"
+    after = live()
+    assert after <= before, f"{after - before} view records outlived the call"
     return event
 
 
@@ -388,10 +389,11 @@ def test_property_guard_repeated_view_calls_leave_no_records() -> None:
         return a, copy_of(a), b
 
     x, y = make(B11_J).obj, make(Spec("numpy", "float32")).obj
-    before = len(_entries)
+    before = live()
     for _ in range(200):
         out = body(x, y)
         assert dtype_of(out[1]) == B11
     del out
     gc.collect()
-    assert len(_entries) <= before, f"{len(_entries) - before} view records outlived 200 calls"
+    after = live()
+    assert after <= before, f"{after - before} view records outlived 200 calls"

@@ -197,7 +197,7 @@ def test_leak_soak_rss_flat(steps: int) -> None:
     from dlbridge._pipeline import _logical as _logical
 
     before, objects_before, live_before = _rss(), len(gc.get_objects()), live_exports()
-    views_before = len(_logical._entries)
+    views_before = _logical.live()
     for i in range(steps):
         _soak_step(i)
     gc.collect()
@@ -212,7 +212,7 @@ def test_leak_soak_rss_flat(steps: int) -> None:
     assert growth < allowed
     assert live_exports() == live_before  # every ctypes capsule's deleter ran
     assert objects_after - objects_before < 1000
-    assert len(_logical._entries) == views_before  # remembered views die with their arrays
+    assert _logical.live() == views_before  # remembered views die with their arrays
 
 
 # --- threads ---------------------------------------------------------------------------------------

@@ -281,8 +281,8 @@ def test_capsules_are_read_in_one_place() -> None:
     assert sorted(readers) == ["_capsule/_layout.py", "_capsule/_probe.py"], readers
     c_readers = [p.name for p in (PACKAGE / "_csrc").glob("*.c") if "->dl_tensor" in p.read_text(encoding="utf-8")]
     assert sorted(c_readers) == ["capsules.c", "steps.c"], c_readers  # steps.c: an exchange export's own tensor
-    route_c = "".join((PACKAGE / "_csrc" / name).read_text(encoding="utf-8") for name in ("route.c", "steps.c"))
-    assert "view_capsule(" in route_c and "PyCapsule_GetPointer(c->capsule, LEGACY)" not in route_c
+    steps_c = (PACKAGE / "_csrc" / "steps.c").read_text(encoding="utf-8")
+    assert "view_capsule(" in steps_c and "PyCapsule_GetPointer(c->capsule, LEGACY)" not in steps_c
 
 
 # Admission fields: what a capsule must say for a stored route to replay its record (decide's Admission).
@@ -302,7 +302,7 @@ def test_the_route_replays_its_record_and_decides_nothing() -> None:
     replay_py = _code_of(PACKAGE / "_route" / "_replay.py")
     missing = [f for f in _ADMISSION_FIELDS if f"replay.{f}" not in replay_py]
     assert not missing, f"the Python route does not compare the admission's {missing}"
-    route_c = "".join((PACKAGE / "_csrc" / name).read_text(encoding="utf-8") for name in ("route.c", "steps.c"))
+    route_c = "".join((PACKAGE / "_csrc" / f).read_text(encoding="utf-8") for f in ("route.c", "steps.c", "gpu.c"))
     missing = [f for f in _ADMISSION_FIELDS if f"r->{f}" not in route_c and f"c->replay->{f}" not in route_c]
     assert not missing, f"the compiled route does not compare the admission's {missing}"
     assert "state->align" not in route_c and "state->readonly_ok" not in route_c

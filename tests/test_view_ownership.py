@@ -168,12 +168,12 @@ def test_a_raw_capsule_never_carries_a_remembered_dtype() -> None:
 
 def test_no_record_outlives_its_view() -> None:
     gc.collect()  # records of earlier tests' views that are already garbage
-    before = len(_logical._entries)
+    before = _logical.live()
     views = [dlbridge.to_jax(_fp4(8), fallback="view") for _ in range(5)]
-    assert len(_logical._entries) == before + 5
+    assert _logical.live() == before + 5
     del views
     gc.collect()
-    assert len(_logical._entries) == before
+    assert _logical.live() == before
 
 
 # --- fallback on every path ----------------------------------------------------------------------

@@ -203,6 +203,8 @@ def producer_error(x: object, err: BaseException, call: str) -> DLBridgeError:
     adapter = adapter_for(x)
     try:
         known = adapter.state_error(x) if adapter is not None else None
+    except MemoryError:
+        raise
     except Exception:  # an object too broken to ask: the producer's own error is reported
         known = None
     if known is None:

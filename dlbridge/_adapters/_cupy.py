@@ -117,6 +117,8 @@ class CupyAdapter(FastRoute, Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.cuda.runtime.getDeviceCount() > 0)
+        except MemoryError:
+            raise
         except Exception:  # no driver, no device, or CuPy not importable
             return False
 

@@ -147,6 +147,8 @@ class JaxAdapter(FastRoute, Adapter):
         """How many devices ``obj``'s sharding spans (0: not a concrete array with a sharding)."""
         try:
             return len(obj.sharding.device_set)
+        except MemoryError:
+            raise
         except Exception:  # a tracer, a deleted array, ...: not a sharding question
             return 0
 
@@ -187,6 +189,8 @@ class JaxAdapter(FastRoute, Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.devices("gpu"))
+        except MemoryError:
+            raise
         except Exception:  # RuntimeError: no GPU backend
             return False
 

@@ -141,6 +141,8 @@ def _pairs(parts: Any) -> list[tuple[Index, Any]]:
 def _shape_of(array: Any, i: int) -> tuple[int, ...]:
     try:
         return tuple(int(n) for n in array.shape)
+    except MemoryError:
+        raise
     except Exception as err:
         cls = type(array)
         raise NotAnArrayError(
@@ -172,6 +174,8 @@ def _derived_shape(pairs: list[tuple[Index, Any]], shapes: list[tuple[int, ...]]
 def _given_shape(shape: Any) -> tuple[int, ...]:
     try:
         dims = tuple(int(n) for n in shape)
+    except MemoryError:
+        raise
     except Exception as err:
         raise OptionError(f"dlbridge.from_shards: shape={shape!r}; pass the global shape, e.g. shape=x.shape") from err
     if any(n < 0 for n in dims):
@@ -204,6 +208,8 @@ def _span(
 def _device_spans(sharding: Any, global_shape: tuple[int, ...]) -> list[tuple[Any, tuple[tuple[int, int], ...]]]:
     try:
         found = sharding.addressable_devices_indices_map(global_shape)
+    except MemoryError:
+        raise
     except Exception as err:
         raise OptionError(
             f"dlbridge.from_shards: {_describe(sharding)} cannot lay out shape {list(global_shape)} "

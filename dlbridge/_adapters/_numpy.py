@@ -9,8 +9,8 @@ from typing import Any
 from .._capabilities import Capabilities, installed_version
 from .._capsule._edit import mark_padded, relabel
 from .._capsule._read import read
-from .._dtypes import BY_NAME
-from .._errors import MissingFrameworkError, ProducerError, UnsupportedDtypeError
+from .._dtypes import BY_NAME, lookup
+from .._errors import MissingFrameworkError, OptionError, ProducerError, UnsupportedDtypeError
 from ._base import Adapter, AsIs, Prober, export_capsule
 from ._fast import FastExport, FastRoute
 
@@ -223,7 +223,9 @@ class NumpyAdapter(FastRoute, Adapter):
 
     def export_failed(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None,
                       copy: bool | None, target: Adapter | None, dtype: Any) -> Any:  # fmt: skip
-        if obj.dtype.name == "float4_e2m1fn" and obj.dtype.type.__module__ == "ml_dtypes" and dtype is None:
+        if obj.dtype.name == "float4_e2m1fn" and obj.dtype.type.__module__ == "ml_dtypes":
+            if dtype is not None and lookup(dtype) != BY_NAME["float4_e2m1fn"]:
+                raise _fp4_reinterpret_error(obj, dtype, target)
             # One value a byte, which NumPy cannot export: its bytes, versioned whatever the consumer reads,
             # labelled fp4 and flagged padded (the pipeline's fp4 plan reads the flag and repacks them).
             capsule = export_capsule(obj.view(self.mod.uint8), stream=None, max_version=(1, 3))
@@ -337,3 +339,18 @@ class _MaskedArrays(NumpyAdapter):
             "carries only the data, masked entries included. Pass x.filled(value) to replace the masked "
             "entries, or x.data for the raw data with the mask dropped on purpose (and x.mask separately)"
         )
+
+
+def _fp4_reinterpret_error(obj: Any, dtype: Any, target: Adapter | None) -> OptionError:
+    """``dtype=`` over an ml_dtypes float4_e2m1fn array: one 4-bit value a byte, no same-width dtype to
+    relabel (NumPy itself refuses to export it: "DLPack only supports signed/unsigned integers, ...")."""
+    where = f"to_{target.name}(): " if target is not None else ""
+    found = lookup(dtype)
+    named = [name for name, d in BY_NAME.items() if d == found][:1] if found is not None else []
+    shown = dtype if isinstance(dtype, str) else named[0] if named else str(dtype)
+    pairs = " (torch gets float4_e2m1fn_x2 pairs)" if target is not None and target.name == "torch" else ""
+    return OptionError(
+        f"{where}dtype={shown!r} cannot reinterpret a NumPy float4_e2m1fn array (shape {list(obj.shape)}): ml_dtypes "
+        "keeps one 4-bit value in the low half of each byte, and no dtype of that width relabels such memory. Drop "
+        f"dtype= to convert the values{pairs}, or pass x.view(np.uint8) for the 4-bit codes, one a byte (zero-copy)"
+    )

@@ -47,6 +47,8 @@ def _dtype_of(obj: Any) -> str | None:
     at all: a sequence or map, which its export then refuses, see ``state_error``)."""
     try:
         return _BY_ORT_NAME.get(str(obj.data_type()))
+    except MemoryError:
+        raise
     except Exception:
         return None
 
@@ -149,6 +151,8 @@ class OnnxruntimeAdapter(FastRoute, Adapter):
             )
         try:
             tensor = bool(obj.is_tensor()) and not bool(obj.is_sparse_tensor())
+        except MemoryError:
+            raise
         except Exception:
             return None
         if tensor:

@@ -28,6 +28,8 @@ class PaddleProber(Prober):
     def gpu_name(self) -> str | None:
         try:
             return str(self.mod.device.cuda.get_device_name(0)) if self.adapter.has_cuda() else None
+        except MemoryError:
+            raise
         except Exception:
             return None
 
@@ -112,6 +114,8 @@ class PaddleAdapter(FastRoute, Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.device.is_compiled_with_cuda() and self.mod.device.cuda.device_count() > 0)
+        except MemoryError:
+            raise
         except Exception:
             return False
 

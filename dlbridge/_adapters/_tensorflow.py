@@ -71,6 +71,8 @@ class TensorflowProber(Prober):
         try:
             gpus = self.mod.config.list_physical_devices("GPU")
             return str(self.mod.config.experimental.get_device_details(gpus[0])["device_name"]) if gpus else None
+        except MemoryError:
+            raise
         except Exception:
             return None
 
@@ -127,6 +129,8 @@ class TensorflowAdapter(FastRoute, Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.config.list_physical_devices("GPU"))
+        except MemoryError:
+            raise
         except Exception:
             return False
 

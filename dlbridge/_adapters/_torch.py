@@ -104,6 +104,8 @@ class TorchAdapter(FastRoute, Adapter):
         # Refused like torch's own refusals (autograd, conjugate bit): export_failed resolves it.
         if obj.is_neg():
             raise BufferError(_NEG_BIT)
+        if obj._is_zerotensor() or self.mod._is_functional_tensor(obj):  # torch exports them with a NULL data pointer
+            raise self.state_error(obj) or BufferError("no memory")
         if obj.requires_grad:
             return export_capsule(obj, stream=stream, max_version=max_version)  # torch refuses it
         # torch's capsule keeps the exported tensor alive, not its storage: a later x.set_(...) on the
@@ -221,14 +223,29 @@ class TorchAdapter(FastRoute, Adapter):
         functorch = getattr(torch._C, "_functorch", None)
         if functorch is not None and functorch.is_functorch_wrapped_tensor(obj):
             return ProducerError(
-                f"{_describe(obj)} is a value inside a torch.func transform (vmap, grad, ...): a wrapper with "
-                "no memory of its own; convert outside the transform"
+                f"{_describe(obj)} is a value inside a torch.func transform (vmap, grad, functionalize, ...): a wrapper "
+                "with no memory of its own; convert outside the transform"
+            )
+        # Both export with a NULL data pointer (probe 2026-11-27, torch 2.13): no memory to share.
+        if torch._is_functional_tensor(obj):
+            return ProducerError(
+                f"{_describe(obj)} is a functional tensor (inside torch.func.functionalize, or another "
+                "functionalization): a wrapper with no memory of its own; convert outside the transform, where "
+                "its inputs and results are plain tensors"
+            )
+        if obj._is_zerotensor():
+            return ProducerError(
+                f"{_describe(obj)} is an efficient zero tensor (torch._efficientzerotensor, which autograd makes for "
+                "zero gradients): it stands for zeros without any memory to share; pass x.clone() for a tensor of "
+                "zeros with memory"
             )
         return None
 
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.cuda.is_available())
+        except MemoryError:
+            raise
         except Exception:
             return False
 
@@ -317,6 +334,8 @@ def _describe(t: Any) -> str:
     dtype = str(t.dtype).removeprefix("torch.")
     try:
         shape = list(t.shape)
+    except MemoryError:
+        raise
     except Exception:  # nested tensors have no single shape
         return f"a torch {dtype} tensor"
     return f"a torch {dtype}{shape} tensor on {t.device}"

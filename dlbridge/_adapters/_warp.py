@@ -37,6 +37,8 @@ class WarpProber(Prober):
     def gpu_name(self) -> str | None:
         try:
             return str(self.mod.get_cuda_device(0).name) if self.adapter.has_cuda() else None
+        except MemoryError:
+            raise
         except Exception:
             return None
 
@@ -99,6 +101,8 @@ class WarpAdapter(FastRoute, Adapter):
     def has_cuda(self) -> bool:
         try:
             return bool(self.mod.get_cuda_device_count() > 0)
+        except MemoryError:
+            raise
         except Exception:
             return False
 

@@ -1,4 +1,11 @@
-"""DLPack's C exchange API (dlpack.h 1.3): exporting through a type's ``__dlpack_c_exchange_api__``."""
+"""DLPack's C exchange API (dlpack.h 1.3): a type's ``__dlpack_c_exchange_api__``, and its stream query.
+
+Exports through the exchange API are the compiled route's only (``dlbridge/_csrc``): the managed
+tensor it makes needs a capsule whose destructor frees it unless a consumer took it, and only a C
+destructor runs no Python bytecode while the capsule dies (a Python one, through ctypes, would drop
+an exception raised there, a Ctrl-C, printed as "Exception ignored"). The Python route exports those
+producers through their own ``__dlpack__`` (``dlbridge._route._replay._export``).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +13,14 @@ import ctypes
 from typing import Any
 
 from .._errors import CapsuleError
-from ._abi import SUPPORTED_MAJOR, VERSIONED, CapsuleType, _api, _get_name, _get_pointer, _new_capsule
-from ._layout import VERSIONED_DELETER
+from ._abi import SUPPORTED_MAJOR, CapsuleType, _get_name, _get_pointer
 from ._read import _null
 
-__all__ = ["is_exchange_api", "export_exchange", "current_work_stream"]
+__all__ = ["is_exchange_api", "current_work_stream"]
 
 
 # DLPack's C exchange API (dlpack.h 1.3, DLPackExchangeAPI): a type's __dlpack_c_exchange_api__
-# capsule holds a table of C functions; managed_tensor_from_py_object_no_sync exports without the
-# Python-level __dlpack__ (and without stream synchronisation: CPU only here).
+# capsule holds a table of C functions (the compiled route calls managed_tensor_from_py_object_no_sync).
 class _ExchangeAPI(ctypes.Structure):
     _fields_ = [
         ("major", ctypes.c_uint32),
@@ -30,46 +35,13 @@ class _ExchangeAPI(ctypes.Structure):
 
 
 _EXCHANGE_NAME = b"dlpack_exchange_api"
-_FromPyObject = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
 _CurrentWorkStream = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
-_exporters: dict[int, Any] = {}
 _stream_queries: dict[int, Any] = {}
-_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
-_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
-_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-def _free_unconsumed(capsule: int) -> None:
-    # The capsule is being destroyed (refcount 0): touched only through its address.
-    if _capsule_is_valid(capsule, VERSIONED):
-        managed = _capsule_pointer(capsule, VERSIONED)
-        deleter = ctypes.c_void_p.from_address(managed + VERSIONED_DELETER).value if managed else None
-        if deleter:
-            _Deleter(deleter)(managed)
-
-
-_FREE_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_free_unconsumed)  # kept alive: module global
-_FREE_UNCONSUMED = ctypes.cast(_FREE_CALLBACK, ctypes.c_void_p).value
 
 
 def is_exchange_api(obj: object) -> bool:
     """Whether ``obj`` is a DLPack C exchange API capsule (a type's ``__dlpack_c_exchange_api__``)."""
     return type(obj) is CapsuleType and _get_name(obj) == _EXCHANGE_NAME
-
-
-def export_exchange(api_capsule: object, obj: object) -> Any:
-    """``obj`` exported through its type's DLPack C exchange API, as a 'dltensor_versioned' capsule."""
-    export = _exporters.get(id(api_capsule))
-    if export is None:
-        table = _table(api_capsule)
-        if not table.managed_tensor_from_py_object_no_sync:
-            raise CapsuleError("the DLPack exchange API has no managed_tensor_from_py_object_no_sync")
-        export = _exporters[id(api_capsule)] = (_FromPyObject(table.managed_tensor_from_py_object_no_sync), api_capsule)
-    out = ctypes.c_void_p()
-    export[0](obj, ctypes.byref(out))
-    if not out.value:
-        raise CapsuleError("the DLPack exchange API exported a NULL tensor")
-    return _new_capsule(out.value, VERSIONED, _FREE_UNCONSUMED)
 
 
 def _table(api_capsule: object) -> _ExchangeAPI:

@@ -16,7 +16,7 @@ import ctypes
 import struct
 from typing import Any
 
-__all__ = ["DLTensor", "VersionedHeader", "TENSOR_STRUCT", "MANAGED_STRUCT", "VERSIONED_TENSOR", "VERSIONED_FLAGS",
+__all__ = ["DLTensor", "VersionedHeader", "TENSOR_STRUCT", "MANAGED_STRUCT", "LEGACY_STRUCT", "LegacyBytes", "VERSIONED_TENSOR", "VERSIONED_FLAGS",
            "VERSIONED_DELETER", "TensorBytes", "VersionedBytes", "int64s", "LAYOUT"]  # fmt: skip
 
 
@@ -63,10 +63,14 @@ MANAGED_STRUCT = struct.Struct("@" + _format(VersionedHeader) + _format(DLTensor
 VERSIONED_TENSOR = ctypes.sizeof(VersionedHeader)  # where dl_tensor starts in DLManagedTensorVersioned
 VERSIONED_FLAGS: int = VersionedHeader.flags.offset  # type: ignore[attr-defined]
 VERSIONED_DELETER: int = VersionedHeader.deleter.offset  # type: ignore[attr-defined]
+# A legacy DLManagedTensor: its DLTensor, then manager_ctx and the deleter.
+LEGACY_STRUCT = struct.Struct("@" + _format(DLTensor) + "PP")
+LegacyBytes = ctypes.c_char * LEGACY_STRUCT.size
 TensorBytes = ctypes.c_char * TENSOR_STRUCT.size
 VersionedBytes = ctypes.c_char * MANAGED_STRUCT.size
 assert TENSOR_STRUCT.size == ctypes.sizeof(DLTensor)
 assert MANAGED_STRUCT.size == VERSIONED_TENSOR + TENSOR_STRUCT.size
+assert LEGACY_STRUCT.size == TENSOR_STRUCT.size + 2 * ctypes.sizeof(ctypes.c_void_p)
 
 # What the compiled module reports of its own structs (``dlbridge._accel.LAYOUT``), for the check.
 LAYOUT = {
@@ -76,6 +80,7 @@ LAYOUT = {
     "DLManagedTensorVersioned.deleter": VERSIONED_DELETER,
     "DLManagedTensorVersioned.flags": VERSIONED_FLAGS,
     "DLManagedTensorVersioned.dl_tensor": VERSIONED_TENSOR,
+    "DLManagedTensor.deleter": TENSOR_STRUCT.size + ctypes.sizeof(ctypes.c_void_p),
 }  # fmt: skip
 
 # One (unpack, bytes type) per ndim: a ctypes bytes view at the address and one unpack give the int64

@@ -4,7 +4,8 @@ describe (``_read.read`` then says what is wrong with it). ``dlbridge/_csrc/caps
 that the two agree on every crafted capsule.
 
 The tuple (``Facts``; indices below): versioned, major, minor, flags, data, device_type, device_id,
-ndim, code, bits, lanes, shape, strides (None when the capsule has none), byte_offset, layout. ``layout``
+ndim, code, bits, lanes, shape, strides (None when the capsule has none), byte_offset, layout, has_deleter
+(whether the managed tensor names a deleter: DLPack allows NULL, which some consumers cannot release). ``layout``
 is the capsule's layout class: ``DENSE`` for dense C order (no strides, or exactly the C strides), bits
 and lanes set, a non-NULL data pointer and a span inside the 64-bit address space; ``EMPTY`` for a dense
 tensor of no elements; ``OTHER`` for anything else. A stored route replays dense and empty capsules
@@ -20,15 +21,16 @@ from typing import Any
 
 from .._accelerator import accel
 from ._abi import LEGACY, MAX_NDIM, SUPPORTED_MAJOR, VERSIONED, CapsuleType, _get_name, _get_pointer, _new_capsule
-from ._layout import MANAGED_STRUCT, TENSOR_STRUCT, TensorBytes, VersionedBytes, int64s
+from ._layout import LEGACY_STRUCT, MANAGED_STRUCT, LegacyBytes, VersionedBytes, int64s
 
 __all__ = ["probe", "Facts", "OTHER", "DENSE", "EMPTY", "VERSIONED_AT", "FLAGS_AT", "DATA_AT", "DEVICE_AT",
-           "NDIM_AT", "CODE_AT", "SHAPE_AT", "STRIDES_AT", "OFFSET_AT", "LAYOUT_AT"]  # fmt: skip
+           "NDIM_AT", "CODE_AT", "SHAPE_AT", "STRIDES_AT", "OFFSET_AT", "LAYOUT_AT",
+           "DELETER_AT"]  # fmt: skip
 
 Facts = tuple[bool, int, int, int, int, int, int, int, int, int, int, tuple[int, ...], "tuple[int, ...] | None",
-              int, int]  # fmt: skip
+              int, int, bool]  # fmt: skip
 VERSIONED_AT, FLAGS_AT, DATA_AT, DEVICE_AT, NDIM_AT, CODE_AT = 0, 3, 4, 5, 7, 8
-SHAPE_AT, STRIDES_AT, OFFSET_AT, LAYOUT_AT = 11, 12, 13, 14
+SHAPE_AT, STRIDES_AT, OFFSET_AT, LAYOUT_AT, DELETER_AT = 11, 12, 13, 14, 15
 OTHER, DENSE, EMPTY = 0, 1, 2  # layout classes (capsules.c: LAYOUT_OTHER, LAYOUT_DENSE, LAYOUT_EMPTY)
 
 # The pure-Python probe reads a capsule's pointer and name straight from the object (PyCapsule's
@@ -47,6 +49,8 @@ def _fields_layout_ok() -> bool:
         pointer, name = _CAPSULE_FIELDS.unpack_from(_CapsuleFields.from_address(id(capsule) + _FIELDS_AT))
         size = len(_PROBE_NAME) + 1
         return pointer == 12345 and bool(name) and (ctypes.c_char * size).from_address(name).raw == _PROBE_NAME + b"\0"
+    except MemoryError:
+        raise
     except Exception:
         return False
 
@@ -118,12 +122,12 @@ def _probe_py(capsule: object) -> Facts | None:
         # DLPack: a consumer must not read past the version of a major it does not know.
         if _u32.from_address(address).value != SUPPORTED_MAJOR:
             return None
-        major, minor, _, _, flags, data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, \
-            byte_offset = MANAGED_STRUCT.unpack_from(VersionedBytes.from_address(address))  # fmt: skip
+        major, minor, _, deleter, flags, data, device_type, device_id, ndim, code, bits, lanes, shape_at, \
+            strides_at, byte_offset = MANAGED_STRUCT.unpack_from(VersionedBytes.from_address(address))  # fmt: skip
         versioned = True
     else:
-        data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset = (
-            TENSOR_STRUCT.unpack_from(TensorBytes.from_address(address))
+        data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset, _, deleter = (
+            LEGACY_STRUCT.unpack_from(LegacyBytes.from_address(address))
         )
         versioned, major, minor, flags = False, 0, 0, 0
     if not 0 <= ndim <= MAX_NDIM or (ndim and not shape_at):
@@ -137,7 +141,7 @@ def _probe_py(capsule: object) -> Facts | None:
     data = data or 0
     layout = _layout(data, bits, lanes, shape, strides, byte_offset)
     return (versioned, major, minor, flags, data, device_type, device_id, ndim, code, bits, lanes, shape, strides,
-            byte_offset, layout)  # fmt: skip
+            byte_offset, layout, bool(deleter))  # fmt: skip
 
 
 if accel is not None:

@@ -60,6 +60,9 @@ class DLPackInfo:
     producer: str | None
     flags: int = 0
     device_code: int = 1
+    # False: the capsule's deleter is NULL (DLPack allows it: the producer keeps the memory alive
+    # by other means), which some consumers do not survive (capability row "aborts_on_null_deleter")
+    has_deleter: bool = True
 
     @property
     def ndim(self) -> int:
@@ -162,13 +165,13 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
     if facts is None:
         _diagnose(capsule)
     versioned, major, minor, flags, data, device_type, device_id, ndim, code, bits, lanes, shape, strides, \
-        byte_offset, _ = facts  # fmt: skip
+        byte_offset, _, has_deleter = facts  # fmt: skip
     if ndim and min(shape) < 0:
         raise CapsuleError(f"DLPack capsule has a negative dimension in shape {list(shape)}")
     if bits == 0 or lanes == 0:
         raise CapsuleError(f"DLPack capsule has dtype bits={bits}, lanes={lanes}; both must be >= 1")
     return _checked_info(code, bits, lanes, device_type, device_id, shape, strides, byte_offset, data, flags,
-                         (major, minor) if versioned else None, producer)  # fmt: skip
+                         (major, minor) if versioned else None, producer, has_deleter)  # fmt: skip
 
 
 def _diagnose(capsule: object) -> NoReturn:
@@ -192,7 +195,7 @@ def _diagnose(capsule: object) -> NoReturn:
 
 def _checked_info(code: int, bits: int, lanes: int, device_type: int, device_id: int, shape: tuple[int, ...],
                   strides: tuple[int, ...] | None, byte_offset: int, data: int, flags: int,
-                  version: tuple[int, int] | None, producer: str | None) -> DLPackInfo:  # fmt: skip
+                  version: tuple[int, int] | None, producer: str | None, has_deleter: bool = True) -> DLPackInfo:  # fmt: skip
     """``read``'s second half: the DLPackInfo for a header's fields, refused when a non-empty tensor
     has no data or reaches outside the address space. One call, no allocation but the info's own."""
     info = _object_new(DLPackInfo)  # __dict__ installed at once: see _object_new above
@@ -216,6 +219,7 @@ def _checked_info(code: int, bits: int, lanes: int, device_type: int, device_id:
             "producer": producer,
             "flags": flags,
             "device_code": device_type,
+            "has_deleter": has_deleter,
         },
     )
     if code == 2 and bits == 8:  # kDLFloat, 8 bits: refused for every consumer, the fast routes' included

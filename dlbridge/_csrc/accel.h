@@ -145,6 +145,7 @@ typedef struct {
     uint64_t *flags;        /* NULL for a legacy capsule */
     uint32_t major, minor;  /* 0, 0 for a legacy capsule */
     int versioned;
+    int has_deleter;        /* the managed tensor names a deleter (DLPack allows NULL) */
 } CapsuleView;
 enum { LAYOUT_OTHER = 0, LAYOUT_DENSE = 1, LAYOUT_EMPTY = 2 };
 int view_capsule(PyObject *capsule, CapsuleView *view);

@@ -65,12 +65,14 @@ int view_capsule(PyObject *capsule, CapsuleView *view) {
         return 0;
     }
     DLTensor *t = pointer; /* a DLManagedTensor starts with its DLTensor */
+    view->has_deleter = ((DLManagedTensor *)pointer)->deleter != NULL;
     if (versioned) {
         DLManagedTensorVersioned *managed = pointer;
         if (managed->version.major != 1) return 0; /* DLPack: read nothing past the version of another major */
         view->major = managed->version.major;
         view->minor = managed->version.minor;
         view->flags = &managed->flags;
+        view->has_deleter = managed->deleter != NULL;
         t = &managed->dl_tensor;
     }
     if (t->ndim < 0 || t->ndim > MAX_NDIM || (t->ndim > 0 && t->shape == NULL)) return 0;
@@ -129,7 +131,7 @@ static PyObject *int64_tuple(const int64_t *values, int n) {
 }
 
 /* probe(capsule) -> (versioned, major, minor, flags, data, device_type, device_id, ndim, code, bits,
- * lanes, shape, strides | None, byte_offset, layout), or None where view_capsule() reads nothing. */
+ * lanes, shape, strides | None, byte_offset, layout, has_deleter), or None where view_capsule() reads nothing. */
 PyObject *probe(PyObject *module, PyObject *capsule) {
     (void)module;
     CapsuleView view;
@@ -148,10 +150,11 @@ PyObject *probe(PyObject *module, PyObject *capsule) {
     }
     PyObject *versioned = view.versioned ? Py_True : Py_False;
     unsigned long long flags = view.flags != NULL ? (unsigned long long)*view.flags : 0;
-    return Py_BuildValue("(OIIKKiiiiiiNNKi)", versioned, view.major, view.minor, flags,
+    PyObject *deleter = view.has_deleter ? Py_True : Py_False;
+    return Py_BuildValue("(OIIKKiiiiiiNNKiO)", versioned, view.major, view.minor, flags,
                          (unsigned long long)(uintptr_t)t->data, t->device.device_type, t->device.device_id,
                          t->ndim, t->dtype.code, t->dtype.bits, t->dtype.lanes, shape, strides,
-                         (unsigned long long)t->byte_offset, layout_class(t));
+                         (unsigned long long)t->byte_offset, layout_class(t), deleter);
 }
 
 #define OFFSET(name, type, field) {name, offsetof(type, field)}
@@ -170,6 +173,7 @@ PyObject *layout_offsets(void) {
         OFFSET("DLManagedTensorVersioned.deleter", DLManagedTensorVersioned, deleter),
         OFFSET("DLManagedTensorVersioned.flags", DLManagedTensorVersioned, flags),
         OFFSET("DLManagedTensorVersioned.dl_tensor", DLManagedTensorVersioned, dl_tensor),
+        OFFSET("DLManagedTensor.deleter", DLManagedTensor, deleter),
     };
     PyObject *layout = PyDict_New();
     for (size_t i = 0; layout != NULL && i < sizeof entries / sizeof entries[0]; i++) {

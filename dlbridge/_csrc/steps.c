@@ -104,7 +104,7 @@ static void write_dtype(DLTensor *t, long long triple) {
 
 /* The export's tensor, read by the capsule reader (c->tensor, versioned, flags, triple). */
 int read_export(Call *c, long long forced) {
-    CapsuleView view = {NULL, NULL, 1, 0, 1};
+    CapsuleView view = {NULL, NULL, 1, 0, 1, 1};
     if (c->managed != NULL) {
         view.tensor = &c->managed->dl_tensor;
         view.flags = &c->managed->flags;

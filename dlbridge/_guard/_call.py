@@ -29,9 +29,9 @@ from .._pipeline._handoff import Handoff
 from .._route._replay import SPECS
 from .._route._replay import convert as route
 from ._kinds import converted_coroutine, converted_generator
-from ._messages import call_head, describe, in_context
+from ._messages import call_head, describe, in_context, nesting_error
 from ._values import CONTAINERS as _CONTAINERS
-from ._values import device_or_unknown, holds_array, layout, map_items, opaque, unchanged
+from ._values import MAX_DEPTH, device_or_unknown, holds_array, layout, map_items, opaque, unchanged
 
 __all__ = ["_Spec", "_Call"]
 
@@ -170,7 +170,7 @@ class _Spec:
 class _Call:
     """The state of one guarded call: fallback, first array argument, views made."""
 
-    __slots__ = ("fb", "first_adapter", "first_device", "given", "spec", "views")
+    __slots__ = ("fb", "first_adapter", "first_device", "given", "spec", "views", "walking")
 
     def __init__(self, spec: _Spec) -> None:
         self.spec = spec
@@ -180,6 +180,7 @@ class _Call:
         self.views: dict[DType, tuple[str, str]] = {}  # wire dtype -> (logical dtype, argument label)
         # id(converted) -> (converted, original, the converted array's layout then; None if the same object)
         self.given: dict[int, tuple[Any, Any, Any]] = {}
+        self.walking: list[int] | None = None  # ids of the containers being walked, outermost first
 
     def all_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         __tracebackhide__ = True
@@ -240,7 +241,7 @@ class _Call:
                     f"{self.spec.target.display}, but it is a {cls.__qualname__} holding no array that supports "
                     "DLPack; pass arrays (or a tuple, list or dict holding some), or leave it out of args="
                 )
-            return map_items(value, lambda v, k: self.value(v, (*where, k), False))
+            return self.walk(value, where, lambda v, k: self.value(v, (*where, k), False))
         if explicit and value is not None:
             raise NotAnArrayError(
                 f"{self.spec.name}({self.spec.label(where)}=…): args= selects it for conversion to "
@@ -248,6 +249,22 @@ class _Call:
                 "supports DLPack (or a tuple, list or dict of them)"
             )
         return value
+
+    def walk(self, value: Any, where: tuple[Any, ...], convert: Any) -> Any:
+        """``map_items(value, convert)``; a container that holds itself, or one nested deeper than
+        MAX_DEPTH, is refused (NotAnArrayError) rather than walked into a RecursionError."""
+        __tracebackhide__ = True
+        walking = self.walking
+        if walking is None:
+            walking = self.walking = []
+        cycle = id(value) in walking
+        if cycle or len(walking) >= MAX_DEPTH:
+            raise nesting_error(self.spec, where, value, cycle, MAX_DEPTH)
+        walking.append(id(value))
+        try:
+            return map_items(value, convert)
+        finally:
+            walking.pop()
 
     def array(self, x: Any, where: tuple[Any, ...]) -> Any:
         __tracebackhide__ = True
@@ -323,7 +340,7 @@ class _Call:
         if hasattr(cls, "__dlpack__"):
             return value if opaque(value) else self.result_array(value, back, where)
         if cls in _CONTAINERS or (isinstance(value, tuple) and hasattr(cls, "_fields")):
-            return map_items(value, lambda v, k: self.result(v, back, (*where, k)))
+            return self.walk(value, where, lambda v, k: self.result(v, back, (*where, k)))
         if cls is GeneratorType:  # from a plain function (a generator expression, say): convert as it yields
             return converted_generator(value, self.spec, self)
         if cls is CoroutineType:  # from a plain function (an object whose __call__ is async, say)

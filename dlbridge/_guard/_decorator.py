@@ -81,6 +81,10 @@ def guard(to: Any, /, *, args: Any = None, returns: Any = NOT_GIVEN, convert: bo
       every argument supporting DLPack, also inside tuples, lists and dict values. A selected
       parameter must hold an array, ``None``, or a tuple, list or dict holding at least one
       array (its other items are left alone; an empty one passes); else ``NotAnArrayError``.
+      Containers are rebuilt with their arrays converted: one that holds itself (a cycle), or
+      containers nested more than 100 levels deep, raise ``NotAnArrayError`` naming where,
+      before the body runs (the same after it, for results); leave such an argument out of
+      ``args=`` (it is then passed as it is), or pass ``returns=None`` for such results.
     - ``returns``: where array results go: by default the framework and device of the first
       array argument in call order (with ``args=``, of the first selected parameter holding
       one, in the signature's order; bf16 restored if the body saw a uint16 view); ``None`` leaves them alone; a framework name or module sends
@@ -182,7 +186,7 @@ def _wrap(fn: Any, spec: _Spec) -> Callable[..., Any]:
                         sent = yield leave(state, out, ("yield",))
                     except GeneratorExit:
                         raise
-                    except BaseException as err:
+                    except BaseException as err:  # thrown in by the caller: passed on to the body
                         step, arg = inner.athrow, err
                     else:
                         step, arg = inner.asend, None if sent is None else state.value(sent, ("sent",), False)

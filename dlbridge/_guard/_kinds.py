@@ -41,7 +41,7 @@ def converted_generator(inner: Generator[Any, Any, Any], spec: _Spec, state: _Ca
                 sent = yield leave(state, out, ("yield",))
             except GeneratorExit:
                 raise
-            except BaseException as err:
+            except BaseException as err:  # thrown in by the caller: passed on to the body
                 step, arg = inner.throw, err
             else:
                 step, arg = inner.send, None if sent is None else state.value(sent, ("sent",), False)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from .._errors import DLBridgeError
+from .._errors import DLBridgeError, NotAnArrayError
 from .._pipeline._convert import inspect
 
-__all__ = ["in_context", "call_head", "describe", "usage"]
+__all__ = ["in_context", "call_head", "describe", "usage", "nesting_error"]
 
 
 class _Spec(Protocol):
@@ -27,6 +27,8 @@ _CALL_PREFIX = re.compile(r"^(to_\w+\(\)|\w+): ")
 def describe(x: Any) -> str:
     try:
         return inspect(x).describe()
+    except MemoryError:
+        raise
     except Exception:
         return f"{type(x).__module__}.{type(x).__qualname__}"
 
@@ -43,6 +45,28 @@ def in_context(err: DLBridgeError, spec: _Spec, where: tuple[Any, ...], x: Any, 
     else:
         lead = f"{call_head(spec, where)}: received {received}"
     return type(err)(f"{lead}: {inner}{extra}")
+
+
+def nesting_error(spec: _Spec, where: tuple[Any, ...], value: Any, cycle: bool, depth: int) -> NotAnArrayError:
+    """A container the guard cannot rebuild: it holds itself (``cycle``), or nests deeper than ``depth``."""
+    at = spec.label(where) if len(where) <= 4 else spec.label(where[:3]) + "[…]" + spec.label(("", *where[-1:]))
+    what = (
+        f"a {type(value).__qualname__} that holds itself (the guard rebuilds tuples, lists and dicts with their "
+        "arrays converted, which one holding itself cannot be)"
+        if cycle
+        else f"containers nested more than {depth} levels deep (the guard converts arrays at most {depth} levels down)"
+    )
+    if where[0] in ("result", "yield", "return"):
+        return NotAnArrayError(
+            f"{spec.name}() returned {what} at {at}, under @dlbridge.guard({spec.to_label!r}); pass returns=None to "
+            "leave results as the body made them, or return the arrays in a structure without it"
+        )
+    head = spec.label(where[:1])
+    return NotAnArrayError(
+        f"{spec.name}({head}=…) under @dlbridge.guard({spec.to_label!r}): received {what} at {at}; pass args= "
+        f"naming the parameters to convert, leaving {head} out (it is then passed as it is), or pass the arrays "
+        "in a structure without it"
+    )
 
 
 def call_head(spec: _Spec, where: tuple[Any, ...]) -> str:

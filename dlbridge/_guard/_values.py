@@ -9,9 +9,12 @@ from .._adapters import adapter_for
 from .._errors import DLBridgeError
 from .._pipeline._devices import device_of
 
-__all__ = ["CONTAINERS", "map_items", "opaque", "holds_array", "unchanged", "layout", "device_or_unknown"]
+__all__ = ["CONTAINERS", "MAX_DEPTH", "map_items", "opaque", "holds_array", "unchanged", "layout", "device_or_unknown"]
 
 CONTAINERS = (tuple, list, dict)
+# How deep the guard walks tuples, lists and dicts (the Python frames each level costs stay far below
+# the recursion limit); a deeper one, or one that holds itself, is refused before the body runs.
+MAX_DEPTH = 100
 
 
 def map_items(value: Any, convert: Callable[[Any, Any], Any]) -> Any:
@@ -35,12 +38,17 @@ def opaque(x: Any) -> bool:
 
 
 def holds_array(value: Any) -> bool:
-    """Whether a tuple, list or dict holds an array supporting DLPack, at any depth."""
-    items = value.values() if isinstance(value, dict) else value
-    for v in items:
-        cls = type(v)
-        if hasattr(cls, "__dlpack__") or (isinstance(v, CONTAINERS) and holds_array(v)):
-            return True
+    """Whether a tuple, list or dict holds an array supporting DLPack, at any depth (each container
+    looked at once: one that holds itself, or nests thousands deep, is walked without recursion)."""
+    seen, stack = {id(value)}, [value]
+    while stack:
+        container = stack.pop()
+        for v in container.values() if isinstance(container, dict) else container:
+            if hasattr(type(v), "__dlpack__"):
+                return True
+            if isinstance(v, CONTAINERS) and id(v) not in seen:
+                seen.add(id(v))
+                stack.append(v)
     return False
 
 
@@ -78,6 +86,8 @@ def _same_memory(a: Any, b: Any) -> bool:
         return False
     try:
         return da.data_ptr(a) == db.data_ptr(b)
+    except MemoryError:
+        raise
     except Exception:
         return False
 

@@ -27,8 +27,8 @@ def import_capsule(capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabi
         result = target.import_capsule(capsule, info.device, caps)
     except BaseException as err:
         if saved is not None:
-            restore(capsule, saved)
-        if not isinstance(err, Exception):  # KeyboardInterrupt ...
+            restore(capsule, saved)  # whatever stopped the import, a capsule nobody took is left as it came
+        if isinstance(err, MemoryError) or not isinstance(err, Exception):  # KeyboardInterrupt, SystemExit ...
             raise
         raise CapsuleError(
             f"to_{target.name}(): {caps.consumer} {caps.version} refused {info.describe()} "

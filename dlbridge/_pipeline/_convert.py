@@ -179,7 +179,13 @@ def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device
     except AsIs as kept:
         record = Handoff(source.name if source else "?", target.name, keep=True, copy=copy is True)
         return front._replace(record=record, value=kept.value)
-    info = read(capsule, source.name if source is not None else producer_name(x))
+    try:
+        info = read(capsule, source.name if source is not None else producer_name(x))
+    except CapsuleError as err:  # a capsule its producer could not fill (no memory): the adapter may say why
+        known = source.state_error(x) if source is not None else None
+        if known is None:
+            raise
+        raise known from err
     if info.device_code != home[0] or info.device_id != home[1]:
         check_device(info, src_dev)  # raises unless the capsule is on the claimed device (or its alias)
         relabel_device(capsule, home)  # our own export: relabelled as the memory the target can use
@@ -262,6 +268,8 @@ def _deferred(front: Front, target: Adapter, copy: bool | None, readonly: str) -
     except _NeedsDense:
         return _dense_copy(front._replace(info=state["info"], record=state["record"]), target, copy, readonly)
     except DLBridgeError:
+        raise
+    except MemoryError:
         raise
     except Exception as err:
         info = state.get("info")

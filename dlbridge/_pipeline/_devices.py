@@ -109,6 +109,8 @@ def stream_for(stream: int | None, target: Adapter, device: tuple[int, int]) -> 
     if stream is None:
         try:
             return target.current_stream(device)
+        except MemoryError:
+            raise
         except Exception as err:  # e.g. a CPU-only build asked about a CUDA source
             raise DeviceMismatchError(
                 f"to_{target.name}(): the source says it is on {device_name(device[0])}:{device[1]}, which "

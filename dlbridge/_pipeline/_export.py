@@ -88,5 +88,7 @@ def export_copy(x: Any, source: Adapter | None, stream: int | None, max_version:
         if source is not None:  # the framework's own copy, exported the adapter's way (ml_dtypes, ...)
             return source.export(source.copy(x), stream=stream, max_version=max_version)
         return x.__dlpack__(stream=stream, copy=True)
+    except MemoryError:
+        raise
     except Exception as err:
         raise ReadOnlyError(f"{type(x).__name__} is read-only and its producer cannot export a copy: {err}") from cause

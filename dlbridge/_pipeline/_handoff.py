@@ -22,7 +22,7 @@ from .._adapters import ADAPTERS, HOST, Adapter
 from .._adapters._fast import FastRoute
 from .._capabilities import Capabilities
 from .._capsule._read import DLPackInfo, c_strides
-from .._dtypes import BY_NAME
+from .._dtypes import BY_NAME, lookup
 from .._errors import (
     CapsuleError,
     DLBridgeError,
@@ -34,6 +34,7 @@ from .._errors import (
 from .._options import Fallback
 from ._plan import Plan, native_plan, plan_for
 from ._record import Admission, Handoff, Move
+from ._refusals import null_deleter_refusal, raw_fp4_refusal
 from ._subbyte import FLAG_PADDED
 from ._subbyte import plan as subbyte_plan
 
@@ -80,6 +81,8 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
     ``_decide``) it describes such an exported capsule, of read-only memory.
     """
     who = info.producer or ("capsule" if raw else "?")
+    if not info.has_deleter and caps.aborts_on_null_deleter:  # before any other rule: it must never see it
+        return Handoff(who, target.name, info, CapsuleError, null_deleter_refusal(info, target, caps))
     if info.readonly and not info.versioned and source is not None:  # described for a legacy-only consumer
         if source.exports_readonly_legacy:
             if not source.mutable_arrays:  # its legacy capsule is unflagged; its arrays read-only all the same
@@ -87,8 +90,7 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
         elif copy is not True:  # the export its producer refuses (copy=True: it exports a writable copy)
             message = readonly_refusal(info.describe(), True, source.readonly_fix)
             return Handoff(who, target.name, info, ReadOnlyError, message)
-    # fp4 the consumer does not import as it is: another dtype (pairs), or one value a byte (a padded
-    # capsule, which a consumer importing float4_e2m1fn would read as two values a byte)
+    dtype = _asked_dtype(info, dtype)
     if info.code == 17 and dtype is None:  # fp4 the consumer does not import as it is (dlbridge._pipeline._subbyte)
         fp4 = _fp4(info, target, caps, fallback, copy, source, raw, who)
         if fp4 is not None:
@@ -160,6 +162,16 @@ def _readonly_why(source: Adapter | None, immutable: bool) -> str:
     if immutable and source is not None:
         return f" ({source.display} arrays are immutable)"
     return ""
+
+
+def _asked_dtype(info: DLPackInfo, dtype: Any) -> Any:
+    """``dtype=`` as ``decide`` reads it: None where it names an fp4 capsule's own dtype (nothing to relabel).
+
+    fp4 the consumer does not import as it is (another dtype: pairs; or one value a byte, a padded capsule
+    a consumer importing float4_e2m1fn would read as two values a byte) is then ``_fp4``'s to hand over."""
+    if info.code == 17 and dtype is not None and lookup(dtype) == BY_NAME.get(info.dtype):
+        return None
+    return dtype
 
 
 KIND_LEGACY, KIND_VERSIONED = 1, 2  # Admission.kinds (capsules.c: the same bits)
@@ -242,24 +254,20 @@ def _fp4(
 ) -> Handoff | None:
     """fp4 in another layout than the consumer imports: another dtype (pairs), or one value a byte (a
     padded capsule, which a consumer importing float4_e2m1fn would read as two values a byte); None
-    where the other rules decide. A caller's raw capsule is never rewritten or repacked: a padded one
-    the consumer would misread is refused, the others go to the dtype rules (a refusal or a view)."""
+    where the other rules decide. A caller's raw capsule is relabelled where the bytes agree without
+    touching its shape (one value a byte to NumPy: zero-copy, restored if refused), never repacked or
+    reshaped: otherwise refused, naming the fix (pass the array)."""
     padded = bool(info.flags & FLAG_PADDED)
     if info.dtype in caps.imports and not padded:
         return None
-    if raw:
-        if not padded or info.dtype not in caps.imports:
-            return None
-        return Handoff(who, target.name, info, LayoutError, (
-            f"to_{target.name}(): {info.describe()} holds one fp4 value a byte (IS_SUBBYTE_TYPE_PADDED), which "
-            f"{caps.consumer} would read as two a byte; dlbridge repacks arrays, not raw capsules: pass the array itself"
-        ))  # fmt: skip
     found = subbyte_plan(info, caps, target, source, fallback, copy)
     if found is None:
         return None
     kind, error, message = found
-    if error is not None:
+    if error is not None and not (raw and copy is False):  # (an odd count: no array would do either)
         return Handoff(who, target.name, info, error, message)
+    if raw and kind != "elements":  # a caller's capsule is relabelled (restored if refused), never repacked
+        return Handoff(who, target.name, info, LayoutError, raw_fp4_refusal(info, target, caps, kind))
     return Handoff(who, target.name, info, keep=kind == "same", fp4=None if kind == "same" else kind,
                    copy=copy is True)  # fmt: skip
 

@@ -104,6 +104,8 @@ def _moved_by(adapter: Adapter, x: Any, dst_dev: tuple[int, int], target: Adapte
     """``adapter.to_device(x, dst_dev)``, its failure (e.g. a CPU-only build asked for CUDA) a DeviceMismatchError."""
     try:
         return adapter.to_device(x, dst_dev)
+    except MemoryError:
+        raise
     except Exception as err:
         raise DeviceMismatchError(
             f"to_{target.name}(): {adapter.name} could not copy {probe.describe()} to {there}: "
@@ -125,6 +127,8 @@ def _upload(x: Any, target: Adapter, plan: Plan, probe: DLPackInfo, dst_dev: tup
             moved = pipeline.direct(target.from_host(host, dst_dev), target, plan.wire, None, wire)
     except DLBridgeError:
         raise
+    except MemoryError:
+        raise
     except Exception as err:  # e.g. a CPU-only build asked for CUDA
         raise DeviceMismatchError(
             f"to_{target.name}(): {target.name} could not copy {probe.describe()} to {there}: "
@@ -140,6 +144,8 @@ def _host_capsule(x: Any, target: Adapter, probe: DLPackInfo) -> Any:
         capsule = x.__dlpack__(
             dl_device=(1, 0), copy=True, max_version=MAX_VERSION if caps.versioned_capsules else None
         )
+    except MemoryError:
+        raise
     except Exception as err:
         raise DeviceMismatchError(
             f"to_{target.name}(): {probe.producer} cannot copy {probe.describe()} to the CPU through "

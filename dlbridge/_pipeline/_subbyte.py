@@ -29,7 +29,7 @@ from typing import Any
 from .._adapters import HOST, Adapter, export_capsule
 from .._capabilities import Capabilities
 from .._capsule._abi import FLAG_PADDED
-from .._capsule._edit import mark_padded, rewrite, set_shape
+from .._capsule._edit import mark_padded, restore, rewrite, set_shape
 from .._capsule._read import DLPackInfo, c_strides
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, LayoutError
@@ -121,10 +121,15 @@ def run(kind: str, capsule: Any, info: DLPackInfo, target: Adapter, caps: Capabi
         pairs = _pairs_info(info)
         _as_pairs(capsule, info, target)
         return _import(capsule, pairs, target, caps, None, copy)
-    if kind == "elements":
+    if kind == "elements":  # also a caller's raw capsule: relabelled, and restored if the host refuses it
         u8 = replace(info, dtype="uint8", code=1, bits=8, lanes=1)
-        rewrite(capsule, BY_NAME["uint8"], None, False)
-        return _fp4_view(_import(capsule, u8, HOST, HOST.capabilities(), None, copy))
+        saved = rewrite(capsule, BY_NAME["uint8"], None, False)
+        try:
+            host = _import(capsule, u8, HOST, HOST.capabilities(), None, copy)
+        except BaseException:
+            restore(capsule, saved)
+            raise
+        return _fp4_view(host)
     codes = _codes(capsule, info)
     del capsule  # unconsumed: the producer's destructor frees it
     return _deliver(codes, info, target, _form(caps) or "elements")

@@ -8,9 +8,10 @@ streams differ. So the consumer's current stream on the array's device is asked 
 (``State.stream_query``: torch's DLPack C exchange API ``current_work_stream``, or the framework's own
 query), and then:
 
-- a producer with a DLPack C exchange API (torch; ``managed_tensor_from_py_object_no_sync`` does no
-  synchronisation, dlpack.h) whose own current stream on that device is the consumer's is exported that
-  way: no event is needed;
+- on the compiled route, a producer with a DLPack C exchange API (torch; ``managed_tensor_from_py_object_no_sync``
+  does no synchronisation, dlpack.h) whose own current stream on that device is the consumer's is exported
+  that way: no event is needed (here, in Python, the producer's own ``__dlpack__`` does the same: its
+  tensor needs a capsule with a C destructor, see ``_capsule/_exchange.py``);
 - otherwise the producer is handed the consumer's stream in ``__dlpack__(stream=, max_version=)`` and
   makes the consumer wait itself, where its array is on its current device (``Producer.current_device``:
   torch refuses other devices' tensors, CuPy records its event on the current device's stream); where
@@ -29,8 +30,8 @@ from typing import Any
 from .._capsule._abi import dlpack_stream
 from .._capsule._carriers import DeferredCarrier
 from .._capsule._edit import relabel_triple
-from .._capsule._exchange import current_work_stream, export_exchange
-from ._records import EXPORT_EXCHANGE, EXPORT_METHOD_LEGACY
+from .._capsule._exchange import current_work_stream
+from ._records import EXPORT_METHOD_LEGACY
 
 __all__ = ["device_of", "consumer_stream", "export", "Declined"]
 
@@ -87,13 +88,9 @@ def _labelled(capsule: Any, triple: int | None) -> Any:
 def export(producer: Any, x: Any, device: tuple[int, int], stream: int, versioned: bool) -> Any:
     """x's capsule for a consumer reading on ``stream``, the handshake done; None: declined, nothing exported."""
     source, triple = _source(producer, x)
-    same = False
-    if producer.gpu_kind == EXPORT_EXCHANGE:
-        mine = current_work_stream(producer.handle, device)
-        same = mine is not None and dlpack_stream(int(mine), device[0]) == stream
-    if same and versioned:  # (the exchange API makes versioned tensors; the compiled route wraps legacy ones)
-        return _labelled(export_exchange(producer.handle, source), triple)  # no event: the consumer's stream
-    if not same and producer.current_device is not None and producer.current_device() != device[1]:
+    # (No exchange-API export here: its tensor needs a capsule with a C destructor, the compiled route's;
+    # the producer's own __dlpack__(stream=) records no event where the consumer's stream is its own.)
+    if producer.current_device is not None and producer.current_device() != device[1]:
         return None  # its handshake is made on the current device: the pipeline switches to x's first
     return _labelled(_dlpack(source, stream, versioned and producer.gpu_kind != EXPORT_METHOD_LEGACY), triple)
 

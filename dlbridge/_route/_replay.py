@@ -39,7 +39,6 @@ from .._accelerator import accel
 from .._adapters import adapter_named
 from .._capsule._carriers import Carrier
 from .._capsule._edit import relabel_triple, restore, restore_triple, rewrite
-from .._capsule._exchange import export_exchange
 from .._capsule._probe import (
     CODE_AT,
     DATA_AT,
@@ -69,7 +68,6 @@ from ._learn import (
     spec_for,
 )
 from ._records import (  # noqa: F401  (_Py*: the pure-Python records, also where compiled ones are used)
-    EXPORT_EXCHANGE,
     EXPORT_FUNCTION,
     EXPORT_METHOD,
     EXPORT_METHOD_LEGACY,
@@ -243,17 +241,19 @@ def _admitted(replay: Any, facts: Any, triple: int, flags: int) -> bool:
 
 
 def _export(state: Any, producer: Any, x: Any) -> Any:
-    """x's capsule as the Producer says (host memory: no stream)."""
+    """x's capsule as the Producer says (host memory: no stream). An exchange-API producer (EXPORT_EXCHANGE)
+    is exported through its own ``__dlpack__`` here: the exchange API's tensor needs a capsule whose
+    destructor frees it unless consumed, which only C code can be (a Python one runs while the capsule
+    dies, where an exception, a Ctrl-C, is printed and dropped); the compiled route has it
+    (``_csrc/capsules.c``), and through ctypes the exchange API is no faster than ``__dlpack__``."""
     kind, alias, relabels = producer.kind, producer.alias, producer.relabels
     relabel = relabels.get(x.dtype) if relabels else None
     source = x if alias is None else getattr(x, alias)()
     if relabel is not None:  # a dtype the framework holds but cannot export
         source = x.view(relabel[0])
-    if kind == EXPORT_EXCHANGE and state.versioned:  # (the exchange API makes versioned tensors only)
-        capsule = export_exchange(producer.handle, source)
-    elif kind == EXPORT_FUNCTION:
+    if kind == EXPORT_FUNCTION:
         capsule = producer.handle(source)
-    else:
+    else:  # the exchange API's kind too: see below
         legacy = not state.versioned or kind == EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
         capsule = source.__dlpack__() if legacy else source.__dlpack__(max_version=_VERSION)
     if relabel is not None:

@@ -43,6 +43,9 @@ FEATURES = (
     # its from_dlpack(x) imports a uint8-labelled capsule as bool where x itself says bool (its dtype):
     # a producer that labels bool uint8 ("exports_uint8") still reaches it as bool
     "detects_bool_sources",
+    # releasing what it imported from a capsule whose deleter is NULL (DLPack allows one) kills the
+    # process: dlbridge refuses such a capsule before it sees it
+    "aborts_on_null_deleter",
 )
 # Producer rows: "exports_uint8" lists dtypes whose capsules the producer labels uint8;
 # "exports_as_float" dtypes it labels kDLFloat of their width (kDLFloat with 8 bits for a float8 kind:

@@ -140,4 +140,18 @@ ROWS: tuple[Row, ...] = (
         source="jaxlib dlpack.cc: 'Only DLPack tensors with trivial (compact) striding'; probe 2026-11-22",
     ),
     row("jax", "readonly_arrays", source="jax.Array is immutable"),
+    row(
+        "jax",
+        "aborts_on_null_deleter",
+        source="jaxlib/dlpack.cc (jax-ml/jax 036dff6, DLPackManagedTensorToBuffer, MakePjrtBuffer): "
+        "'std::function<void()> on_delete_callback; if (dlmt->deleter) {...}' stays empty for a NULL deleter "
+        "(which DLPack allows: python_spec.rst, 'the deleter can be NULL') and goes to CreateViewOfDeviceBuffer; "
+        "openxla/xla xla/pjrt/cpu/cpu_device_memory.cc keeps it as an absl::AnyInvocable (CreateForeignMemory), "
+        "which an empty std::function does not leave empty (absl/functional/internal/any_invocable.h: only null "
+        "pointers and empty AnyInvocables are), so ~CpuDeviceMemoryForeign calls it: std::bad_function_call, "
+        "terminate. Probe 2026-11-27 (jax 0.4.30, 0.7.1, 0.10.2): jax.dlpack.from_dlpack of a legacy float32[16] "
+        "capsule with a NULL deleter aborts the process when the array is released; torch 2.13, numpy 2.4.6, "
+        "tensorflow 2.21, paddle 3.3.1, mlx 0.32.4, array-api-strict 2.6.1, onnxruntime 1.32, warp 1.19 release it "
+        "safely (tests/test_trust_deleter.py)",
+    ),
 )

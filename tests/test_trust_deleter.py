@@ -1,0 +1,119 @@
+"""A capsule whose deleter is NULL (DLPack allows one: the producer keeps the memory alive itself).
+
+JAX imports one and aborts the process when the array is released (``std::bad_function_call``: the
+``aborts_on_null_deleter`` row, with its source); every other consumer releases it safely. dlbridge
+refuses it before a consumer with that row sees it (``CapsuleError`` naming the fix) and hands it to
+the others. Each consumer gets such capsules many times over, raw and from an object's
+``__dlpack__``, legacy and versioned, in a child per path: one abort fails the test.
+"""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import dlbridge
+from dlbridge._adapters import ADAPTERS
+from dlbridge._adapters._support import findable
+from tests._trust_helpers import ON_BOTH_PATHS, child_env, trust_path  # noqa: F401 (a fixture)
+from tests.conftest import need
+from tests.ctypes_producer import CtypesArray, Fields
+
+# Paddle first: it crashes when imported after TensorFlow (PaddleAdapter.unsafe_after)
+CONSUMERS = ["paddle", *sorted(n for n in ADAPTERS if n != "paddle")]
+REPEAT = 12  # an abort that comes 1 run in 3 is missed 12 times running with probability (2/3)**12 < 1%
+
+
+def _null_deleter_array(versioned: bool | None = None) -> CtypesArray:
+    """A 64-byte aligned float32[16] producer whose capsules have no deleter."""
+    arr = CtypesArray(64, Fields(2, 32, 1, (16,), None, versioned=versioned, null_deleter=True))
+    arr.write_bytes(np.arange(16, dtype=np.float32).tobytes())
+    return arr
+
+
+def _host(x: object) -> np.ndarray:
+    return np.asarray(dlbridge.to_numpy(x, copy=True))
+
+
+@ON_BOTH_PATHS
+@pytest.mark.parametrize("name", CONSUMERS)
+def test_a_capsule_without_a_deleter_never_reaches_a_consumer_that_dies_releasing_it(name: str) -> None:
+    if not findable(ADAPTERS[name].module):
+        pytest.skip(f"{name} is not installed")
+    need(ADAPTERS[name].module)
+    caps = dlbridge.capabilities(name)
+    expected = np.arange(16, dtype=np.float32)
+    for _ in range(REPEAT):
+        for versioned in (False, True):
+            arr = _null_deleter_array(versioned)
+            for x in (arr.capsule(versioned), arr):  # a raw capsule, and an object handing one out
+                if caps.aborts_on_null_deleter:
+                    with pytest.raises(dlbridge.CapsuleError, match=r"deleter is NULL .* kills the process .* "
+                                       rf"Hand it to numpy first, .* dlbridge\.to_{name}\(dlbridge\.to_numpy\(x\)"):  # fmt: skip
+                        dlbridge.convert(x, name)
+                    continue
+                try:
+                    out = dlbridge.convert(x, name)
+                except dlbridge.DLBridgeError:  # refused for another reason (a consumer without versioned capsules)
+                    continue
+                assert np.array_equal(_host(out).view(np.float32).reshape(-1), expected)
+                del out  # released: the consumer must survive it
+            assert arr.read_bytes() == expected.tobytes()  # nothing wrote into the producer's memory
+    gc.collect()
+
+
+@ON_BOTH_PATHS
+@pytest.mark.parametrize("versioned", [False, True], ids=["legacy", "versioned"])
+def test_the_refusal_names_a_fix_that_works(versioned: bool) -> None:
+    jax = need("jax")
+    if not dlbridge.capabilities("jax").aborts_on_null_deleter:
+        pytest.skip("this JAX is not known to abort on a capsule without a deleter")
+    arr = _null_deleter_array(versioned)
+    capsule = arr.capsule(versioned)
+    fix = (
+        r"dlbridge\.to_jax\(dlbridge\.to_numpy\(x\)\) shares"
+        if versioned
+        else (r"dlbridge\.to_jax\(dlbridge\.to_numpy\(x\), copy=True\) \(one copy")
+    )
+    with pytest.raises(dlbridge.CapsuleError, match=r"float32\[16\] comes in a capsule whose deleter is NULL.*" + fix):
+        dlbridge.to_jax(capsule)
+    for _ in range(REPEAT):
+        host = dlbridge.to_numpy(arr)  # NumPy releases such a capsule safely, and exports its own
+        out = dlbridge.to_jax(host) if versioned else dlbridge.to_jax(host, copy=True)
+        assert host.ctypes.data == arr.base  # NumPy shares the producer's memory
+        assert (out.unsafe_buffer_pointer() == arr.base) is versioned  # and JAX, but for a legacy capsule
+        assert np.array_equal(np.asarray(out), np.arange(16, dtype=np.float32))
+        del out, host
+    gc.collect()
+    assert jax.numpy.zeros(2).sum() == 0  # still alive
+
+
+_NATIVE = """
+import gc, ctypes
+import jax
+from tests.ctypes_producer import CtypesArray, Fields
+arr = CtypesArray(64, Fields(2, 32, 1, (16,), None, versioned=False, null_deleter=True))
+for _ in range({repeat}):
+    out = jax.dlpack.from_dlpack(arr)  # JAX's own import, no dlbridge
+    del out
+    gc.collect()
+print("survived")
+"""
+
+
+def test_the_row_still_describes_jax() -> None:
+    """JAX's own from_dlpack of such a capsule, in a child: it aborts where the row says it does (a JAX
+    that no longer does fails this, and the row gets its ``until``)."""
+    need("jax")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_NATIVE.format(repeat=REPEAT))], capture_output=True,
+                          text=True, timeout=300, env=child_env(False))  # fmt: skip
+    aborts = dlbridge.capabilities("jax").aborts_on_null_deleter
+    if aborts:
+        assert proc.returncode != 0 and "bad_function_call" in proc.stderr, (proc.returncode, proc.stderr[-1500:])
+    else:
+        assert proc.returncode == 0 and "survived" in proc.stdout, proc.stderr[-1500:]
