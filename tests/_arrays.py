@@ -6,6 +6,9 @@ be compared bit for bit, whatever framework produced or consumed them.
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 import numpy as np
 
 from dlbridge._adapters import ADAPTERS
@@ -137,3 +140,22 @@ def torch_bits(t) -> np.ndarray:
     width = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}[t.element_size()]
     raw = t.contiguous().view(width)
     return np.ascontiguousarray(raw.numpy()).view(np.uint8).reshape(*t.shape, t.element_size())
+
+
+def jax_cpu(values, dtype=None):
+    """``jnp.asarray(values, dtype)`` placed on the first CPU device, whatever JAX's default device is (on
+    a GPU machine, the GPU). Committed there: what JAX computes from it stays on the CPU too, as the
+    tests' CPU expectations assume (``tests/_foreign.py`` checks that they do)."""
+    import jax
+
+    return jax.device_put(jax.numpy.asarray(values, dtype=dtype), jax.devices("cpu")[0])
+
+
+def set_in_place(x: Any, **attributes: Any) -> Any:
+    """``x.shape = ...`` / ``x.dtype = ...`` on a NumPy array, as user code does it: NumPy 2.5 deprecates
+    both (a DeprecationWarning, an error under the suite's filterwarnings), and they still work."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for name, value in attributes.items():
+            setattr(x, name, value)
+    return x

@@ -18,6 +18,13 @@ The marker takes what the child needs that the parent must not have (both option
 Tests are grouped per (module, env, imports): each group runs in its own child pytest, so a module
 whose tests share one marker starts one child.
 
+The child starts clean: it inherits the parent's environment but not its command line, so nothing that
+stands for the parent's command line in the environment is passed on (``PYTEST_ADDOPTS``, pytest-xdist's
+``PYTEST_XDIST_*``), and the child never loads the plugins that would act on a run it is only a part of
+(``-p no:xdist -p no:benchmark -p no:cacheprovider``). A child that cannot start at all (an error at its
+start-up, before any test) fails the group's first test with its output; the group's other tests are
+reported as not run (skipped, naming that test), not as failures of their own.
+
 The hooks are re-exported by ``tests/conftest.py``; the marker is registered in ``pyproject.toml``.
 """
 
@@ -39,12 +46,25 @@ REPORT_ENV = "DLBRIDGE_ISOLATED_REPORT"  # the child's per-test outcomes, one JS
 IMPORTS_ENV = "DLBRIDGE_ISOLATED_IMPORTS"  # comma-separated modules the child imports first, in order
 TIMEOUT_S = 900.0
 IN_CHILD = os.environ.get(CHILD_ENV) == "1"
+# Not passed on to the child: options meant for the parent's run (PYTEST_ADDOPTS: "-n 14" would make each
+# child start its own workers), the test running in the parent (PYTEST_CURRENT_TEST), and pytest-xdist's
+# worker variables (PYTEST_XDIST_WORKER, _WORKER_COUNT, _TESTRUNUID). pytest-benchmark takes a process with
+# PYTEST_XDIST_WORKER set for an xdist worker and warns that benchmarks are disabled
+# (pytest_benchmark/session.py, 5.3.1, lines 76-80 and 116-120), which filterwarnings=error turns into an
+# INTERNALERROR of the whole child.
+NOT_INHERITED = frozenset({"PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST", "DLBRIDGE_FALLBACK", IMPORTS_ENV})
+NOT_INHERITED_PREFIXES = ("PYTEST_XDIST_",)
+# The child runs one group's tests in order, in its own process: no workers of its own (xdist), no
+# benchmarks, no cache shared with the parent. "-p no:NAME" for a plugin that is not installed is accepted
+# (pytest only records the name as blocked).
+CHILD_ARGS = ("-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark", "-rN")
 
 
 @dataclass
 class Outcome:
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # "setup"/"call"/"teardown" -> report
     crash: str | None = None  # why the child did not finish this test
+    not_run: str | None = None  # why this test never ran (the child failed before any test: reported once)
 
 
 _outcomes: dict[str, Outcome] = {}  # nodeid -> what the child reported
@@ -109,6 +129,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 def _report(outcome: Outcome) -> None:
     if outcome.crash is not None:
         pytest.fail(outcome.crash, pytrace=False)
+    if outcome.not_run is not None:
+        raise pytest.skip.Exception(outcome.not_run, _use_item_location=True)
     for when in ("setup", "call", "teardown"):
         phase = outcome.phases.get(when)
         if phase is None:
@@ -122,7 +144,9 @@ def _report(outcome: Outcome) -> None:
 
 
 def _child_env(group: Group) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DLBRIDGE_FALLBACK", IMPORTS_ENV)}  # "raise"
+    """The parent's environment without what belongs to the parent's own run (DLBRIDGE_FALLBACK: the
+    child starts from the default, "raise"), with the marker's ``env``."""
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED and not k.startswith(NOT_INHERITED_PREFIXES)}
     for name, value in group[1]:
         if value is None:
             env.pop(name, None)
@@ -148,7 +172,7 @@ def _run_module_in_child(item: pytest.Function) -> None:
                 break
             report = Path(tmp) / f"report-{attempt}.jsonl"
             env[REPORT_ENV] = str(report)
-            args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rN", *pending]
+            args = [sys.executable, "-m", "pytest", *CHILD_ARGS, *pending]
             try:
                 proc = subprocess.run(
                     args, capture_output=True, text=True, env=env, timeout=TIMEOUT_S, cwd=item.config.rootpath
@@ -174,9 +198,13 @@ def _settle(pending: list[str], seen: dict[str, Outcome], ended: str, tail: str)
             _outcomes[nodeid] = outcome
         else:
             rest.append(nodeid)
-    if len(rest) == len(pending):  # nothing ran at all (collection failed): no retry would help
-        for nodeid in rest:
-            _outcomes[nodeid] = Outcome(crash=f"the child pytest {ended} before running this test:\n{tail}")
+    if len(rest) == len(pending):  # nothing ran at all (its start-up or collection failed): no retry would help
+        first, *others = rest
+        _outcomes[first] = Outcome(crash=f"the child pytest {ended} before running any test:\n{tail}")
+        for nodeid in others:
+            _outcomes[nodeid] = Outcome(
+                not_run=f"not run: the child pytest {ended} before running any test (see {first})"
+            )
         return []
     return rest
 

@@ -11,7 +11,7 @@ from math import prod
 from typing import Any
 
 import dlbridge
-from tests._arrays import np_dtype, torch_from
+from tests._arrays import jax_cpu, np_dtype, torch_from
 from tests._capsule_cases import expected_bytes
 from tests._robust_helpers import np, torch
 from tests.conftest import caps_of, need
@@ -34,7 +34,9 @@ CPU_DEVICES = (None, "cpu", (1, 0))
 def bits_of(x: Any) -> bytes:
     """C-order bytes of any CPU array (torch, JAX, NumPy), bf16/fp8 included."""
     if isinstance(x, torch.Tensor):  # a fresh dense copy: contiguous() keeps odd strides of size-1 dims
-        return torch.empty(x.shape, dtype=x.dtype).copy_(x).reshape(-1).view(torch.uint8).numpy().tobytes()
+        return (
+            torch.empty(x.shape, dtype=x.dtype, device="cpu").copy_(x).reshape(-1).view(torch.uint8).numpy().tobytes()
+        )
     return np.ascontiguousarray(np.asarray(x)).tobytes()
 
 
@@ -168,7 +170,7 @@ def build(spec: Spec) -> Source:
         t = {"contiguous": t, "transposed": t.T, "sliced": t[1:, 2:]}[spec.layout]
         return Source(spec, t, name, raw, shape, t.data_ptr(), lambda: bits_of(t))
     if spec.kind == "jax":  # JAX arrays are dense: its "layouts" are fresh arrays; read-only (immutable), always
-        j = jnp.asarray(np.ascontiguousarray(view))
+        j = jax_cpu(np.ascontiguousarray(view))
         return Source(spec, j, name, raw, shape, j.unsafe_buffer_pointer(), lambda: bits_of(j), readonly=True)
     assert spec.kind == "ctypes", spec
     itemsize = view.dtype.itemsize

@@ -17,7 +17,10 @@ import textwrap
 import pytest
 
 from dlbridge._adapters._support import findable
+from tests import _foreign
 from tests._isolated import pytest_configure, pytest_pyfunc_call, pytest_runtest_logreport
+
+_foreign.prepare_environment()  # DLBRIDGE_TEST_FOREIGN_DEFAULT=1: before any framework is imported
 
 __all__ = [
     "need",
@@ -134,11 +137,13 @@ def cuda():
         pytest.skip(reason)
 
 
-def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter: crash-prone cases must not take the suite down."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
-    )
+def run_child(code: str, timeout: float = 120, block: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter: crash-prone cases must not take the suite down. ``block``:
+    modules the child cannot import, as if they were not installed (``tests/_blocking.py``)."""
+    from tests._blocking import child_code
+
+    script = (child_code(block) if block else "") + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -27,8 +27,8 @@ def _writable_broadcast(shape):
 
 CASES = {
     "numpy broadcast to jax": lambda: dlbridge.to_jax(_writable_broadcast(HUGE)),
-    "torch expand to jax": lambda: dlbridge.to_jax(torch.zeros(1).expand(*HUGE)),
-    "torch expand to jax, copy=True": lambda: dlbridge.to_jax(torch.zeros(1).expand(*HUGE), copy=True),
+    "torch expand to jax": lambda: dlbridge.to_jax(torch.zeros(1, device="cpu").expand(*HUGE)),
+    "torch expand to jax, copy=True": lambda: dlbridge.to_jax(torch.zeros(1, device="cpu").expand(*HUGE), copy=True),
     "read-only broadcast to torch, copy=True": lambda: dlbridge.to_torch(
         np.broadcast_to(np.zeros(1, np.float32), HUGE), copy=True
     ),
@@ -61,7 +61,7 @@ UPCASTS = {
         np.broadcast_to(_fp8_broadcast(1), (1 << 40,)), fallback="upcast", copy=True
     ),
     "torch uint8 expand as fp8 to torch": lambda: dlbridge.to_torch(
-        torch.zeros(1, dtype=torch.uint8).expand(1 << 40), dtype="float8_e4m3b11fnuz", fallback="upcast"
+        torch.zeros(1, dtype=torch.uint8, device="cpu").expand(1 << 40), dtype="float8_e4m3b11fnuz", fallback="upcast"
     ),
 }
 
@@ -159,7 +159,7 @@ def test_raw_capsule_layout_error_does_not_blame_copy_false() -> None:
 
 
 def test_array_layout_error_under_copy_false_names_copy_false() -> None:
-    t = torch.arange(12.0).reshape(3, 4)[:, 1:]
+    t = torch.arange(12.0, device="cpu").reshape(3, 4)[:, 1:]
     with pytest.raises(
         dlbridge.LayoutError, match=r"strides \[4, 1\]; it needs a dense copy, which copy=False forbids"
     ):

@@ -35,12 +35,12 @@ def test_cpu_to_cupy_says_what_to_pass(cupy_counted_installed: None) -> None:
         dlbridge.DeviceMismatchError,
         match=r'to_cupy\(\): the source is on cpu:0 and cupy cannot use memory there .*pass device="cuda" or copy=True',
     ):
-        dlbridge.to_cupy(torch.zeros(2))
+        dlbridge.to_cupy(torch.zeros(2, device="cpu"))
 
 
 def test_copy_false_forbids_device_moves(cupy_counted_installed: None) -> None:
     with pytest.raises(dlbridge.DeviceMismatchError, match="copy=False forbids"):
-        dlbridge.to_cupy(torch.zeros(2), copy=False)
+        dlbridge.to_cupy(torch.zeros(2, device="cpu"), copy=False)
 
 
 def test_unknown_target_lists_the_valid_ones() -> None:
@@ -49,13 +49,13 @@ def test_unknown_target_lists_the_valid_ones() -> None:
         match=r"unknown target framework 'mxnet'; expected one of: array_api_strict, cupy, jax, mlx, numpy, "
         r"onnxruntime, paddle, tensorflow, torch, warp",
     ):
-        dlbridge.convert(torch.zeros(1), "mxnet")
+        dlbridge.convert(torch.zeros(1, device="cpu"), "mxnet")
 
 
 def test_targets_by_name_alias_and_module() -> None:
     import jax.numpy as jnp
 
-    t = torch.arange(3.0)
+    t = torch.arange(3.0, device="cpu")
     for to in ("numpy", "np", np):
         assert isinstance(dlbridge.convert(t, to), np.ndarray)
     assert isinstance(dlbridge.convert(np.arange(3.0), "pytorch"), torch.Tensor)
@@ -83,14 +83,14 @@ def test_readonly_stays_readonly_in_numpy() -> None:
 
 def test_stream_on_cpu_is_an_option_error() -> None:
     with pytest.raises(dlbridge.OptionError, match="only stream=None is valid off the GPU"):
-        dlbridge.to_numpy(torch.zeros(1), stream=5)
+        dlbridge.to_numpy(torch.zeros(1, device="cpu"), stream=5)
 
 
 def test_bad_device_and_copy_values() -> None:
     with pytest.raises(dlbridge.OptionError, match="is not a device"):
-        dlbridge.to_torch(torch.zeros(1), device="tpu-ish")
+        dlbridge.to_torch(torch.zeros(1, device="cpu"), device="tpu-ish")
     with pytest.raises(dlbridge.OptionError, match="copy='yes'"):
-        dlbridge.to_torch(torch.zeros(1), copy="yes")  # type: ignore[arg-type]
+        dlbridge.to_torch(torch.zeros(1, device="cpu"), copy="yes")  # type: ignore[arg-type]
 
 
 def test_missing_target_framework() -> None:
@@ -98,13 +98,13 @@ def test_missing_target_framework() -> None:
         import cupy  # noqa: F401
     except ImportError:
         with pytest.raises(dlbridge.MissingFrameworkError, match="pip install cupy"):
-            dlbridge.to_cupy(torch.zeros(1), device="cuda")
+            dlbridge.to_cupy(torch.zeros(1, device="cpu"), device="cuda")
         # Also where a device message would come next: the missing framework is said first.
         for options in ({}, {"copy": False}, {"copy": True}):
             with pytest.raises(dlbridge.MissingFrameworkError, match=r"cupy .*not installed"):
-                dlbridge.convert(torch.zeros(1), "cupy", **options)
+                dlbridge.convert(torch.zeros(1, device="cpu"), "cupy", **options)
         with pytest.raises(dlbridge.MissingFrameworkError, match=r"cupy .*not installed"):
-            dlbridge.to_cupy(torch.zeros(1).__dlpack__())  # a raw capsule
+            dlbridge.to_cupy(torch.zeros(1, device="cpu").__dlpack__())  # a raw capsule
     else:
         pytest.skip("cupy is installed")
 
@@ -132,7 +132,7 @@ def test_negative_strides_reach_torch_as_a_copy_not_an_abort() -> None:
 
 
 def test_jax_copy_false_on_a_strided_slice() -> None:
-    t = torch.arange(12.0).reshape(3, 4)[:, 1:]
+    t = torch.arange(12.0, device="cpu").reshape(3, 4)[:, 1:]
     with pytest.raises(dlbridge.LayoutError, match="copy=False forbids"):
         dlbridge.to_jax(t, copy=False)
     assert dlbridge.to_jax(t).tolist() == t.tolist()
@@ -144,7 +144,7 @@ def test_cuda_upload_without_cuda_is_a_device_error() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the upload would work")
     need("jax")
-    sources = {"numpy": np.arange(4, dtype=np.float32), "torch": torch.arange(4.0)}
+    sources = {"numpy": np.arange(4, dtype=np.float32), "torch": torch.arange(4.0, device="cpu")}
     for fn in (dlbridge.to_torch, dlbridge.to_jax):
         for name, src in sources.items():
             with pytest.raises(dlbridge.DeviceMismatchError, match="cuda:0") as err:

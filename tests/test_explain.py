@@ -84,7 +84,7 @@ def test_explain_agrees_with_the_conversion(producer: str, consumer: str) -> Non
 def test_explain_runs_nothing_and_reads_as_steps() -> None:
     np = pytest.importorskip("numpy")
     torch = pytest.importorskip("torch")
-    t = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)
+    t = torch.arange(6, dtype=torch.bfloat16, device="cpu").reshape(2, 3)
     before = t.clone()
     record = dlbridge.explain(t, "numpy", fallback="view")
     assert record.error is None and record.shares

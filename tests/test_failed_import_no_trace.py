@@ -79,7 +79,7 @@ def test_every_failure_in_a_row_then_a_retry_keeps_read_only() -> None:
 
 
 def test_failed_conversion_of_torch_capsule_leaves_it_unchanged() -> None:
-    t = torch.arange(6, dtype=torch.float16)
+    t = torch.arange(6, dtype=torch.float16, device="cpu")
     capsule = t.__dlpack__(max_version=(1, 0))
     before = dlbridge.inspect(capsule)
     with pytest.raises(dlbridge.CapsuleError, match="reads only legacy"):

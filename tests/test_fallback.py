@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dlbridge
-from tests._arrays import bits, np_dtype
+from tests._arrays import bits, jax_cpu, np_dtype
 from tests.conftest import caps_of, need, run_child
 
 torch = need("torch")
@@ -18,7 +18,7 @@ def _b11(n: int = 8):
     """JAX float8_e4m3b11fnuz: torch cannot hold it, so torch is the consumer under test."""
     if "float8_e4m3b11fnuz" in caps_of("jax").cannot_export:
         pytest.skip(f"JAX {caps_of('jax').version} cannot export float8 through DLPack (0.5.3 and newer can)")
-    return jnp.asarray(np.arange(n, dtype=np.float32) / 4 - 1, dtype=jnp.float8_e4m3b11fnuz)
+    return jax_cpu(np.arange(n, dtype=np.float32) / 4 - 1, dtype=jnp.float8_e4m3b11fnuz)
 
 
 def test_raise_is_the_default_and_happens_before_the_consumer_sees_the_capsule() -> None:
@@ -92,7 +92,7 @@ def test_the_record_dies_with_the_view() -> None:
 
 
 def test_a_plain_uint8_tensor_is_not_mistaken_for_a_view() -> None:
-    u = torch.arange(8, dtype=torch.uint8)
+    u = torch.arange(8, dtype=torch.uint8, device="cpu")
     assert dlbridge.to_numpy(u).dtype == np.uint8
 
 
@@ -119,7 +119,7 @@ def test_decode_tables_match_ml_dtypes(name: str) -> None:
 
 
 def test_explicit_dtype_reinterprets_zero_copy() -> None:
-    u = torch.tensor([0x3F80, 0x4000, 0xC040], dtype=torch.uint16)
+    u = torch.tensor([0x3F80, 0x4000, 0xC040], dtype=torch.uint16, device="cpu")
     t = dlbridge.to_torch(u, dtype="bfloat16")
     assert t.dtype == torch.bfloat16 and t.data_ptr() == u.data_ptr()
     assert t.tolist() == [1.0, 2.0, -3.0]
@@ -131,16 +131,16 @@ def test_explicit_dtype_must_keep_the_width() -> None:
     with pytest.raises(
         dlbridge.OptionError, match=r"dtype='float32' \(32 bits\) cannot reinterpret .*uint16.* \(16 bits\)"
     ):
-        dlbridge.to_torch(torch.zeros(3, dtype=torch.uint16), dtype="float32")
+        dlbridge.to_torch(torch.zeros(3, dtype=torch.uint16, device="cpu"), dtype="float32")
     with pytest.raises(dlbridge.OptionError, match="not a dtype dlbridge knows"):
-        dlbridge.to_torch(torch.zeros(3), dtype="float33")
+        dlbridge.to_torch(torch.zeros(3, device="cpu"), dtype="float33")
 
 
 def test_bad_fallback_value() -> None:
     with pytest.raises(
         dlbridge.OptionError, match="fallback='copy' is not a fallback; expected one of 'raise', 'view', 'upcast'"
     ):
-        dlbridge.to_torch(torch.zeros(1), fallback="copy")
+        dlbridge.to_torch(torch.zeros(1, device="cpu"), fallback="copy")
 
 
 def test_process_default_and_context_manager() -> None:
@@ -188,9 +188,8 @@ def test_numpy_without_ml_dtypes_needs_a_fallback() -> None:
     """Without ml_dtypes NumPy cannot hold bf16: raise (saying what to install), view, upcast."""
     proc = run_child(
         """
-        import sys; sys.modules["ml_dtypes"] = None   # as if it were not installed
         import numpy as np, torch, dlbridge
-        t = torch.tensor([1.0, -2.5, 3.0], dtype=torch.bfloat16)
+        t = torch.tensor([1.0, -2.5, 3.0], dtype=torch.bfloat16, device="cpu")
         try:
             dlbridge.to_numpy(t)
         except dlbridge.UnsupportedDtypeError as e:
@@ -204,7 +203,8 @@ def test_numpy_without_ml_dtypes_needs_a_fallback() -> None:
         up = dlbridge.to_numpy(t, fallback="upcast")
         assert up.dtype == np.float32 and up.tolist() == [1.0, -2.5, 3.0], up
         print("ok")
-        """
+        """,
+        block=("ml_dtypes",),  # as if it were not installed
     )
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
 
@@ -213,7 +213,7 @@ def test_subbyte_jax_fp4_is_not_viewed_but_repacked() -> None:
     # No uint4 to view packed fp4 as: NumPy gets its own fp4 (one value a byte), a copy (see tests/test_fp4.py).
     if not hasattr(jnp, "float4_e2m1fn"):
         pytest.skip("this JAX has no float4_e2m1fn")
-    x = jnp.asarray([0.5, -6.0, 1.5, 0.0], dtype=jnp.float4_e2m1fn)
+    x = jax_cpu([0.5, -6.0, 1.5, 0.0], dtype=jnp.float4_e2m1fn)
     out = dlbridge.to_numpy(x, fallback="view")
     assert out.dtype == x.dtype and out.astype(np.float32).tolist() == [0.5, -6.0, 1.5, 0.0]
     with pytest.raises(dlbridge.LayoutError, match="copy=False forbids"):

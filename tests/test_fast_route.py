@@ -184,12 +184,12 @@ def test_a_declined_export_is_handed_to_the_pipeline(monkeypatch: pytest.MonkeyP
 def test_numpy_keeps_the_storage_after_set_() -> None:
     torch = need("torch")
     for _ in range(3):  # the first conversion decides, the others replay
-        t = torch.arange(1000, dtype=torch.float32)
+        t = torch.arange(1000, dtype=torch.float32, device="cpu")
         n = dlbridge.to_numpy(t, fallback="raise")
         assert n.ctypes.data == t.data_ptr()
-        t.set_(torch.zeros(3))
+        t.set_(torch.zeros(3, device="cpu"))
         gc.collect()
-        torch.ones(1000).add_(1)  # reuse freed memory if any was freed
+        torch.ones(1000, device="cpu").add_(1)  # reuse freed memory if any was freed
         np.testing.assert_array_equal(n, np.arange(1000, dtype=np.float32))
 
 
@@ -206,10 +206,10 @@ def _kinds():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     return {
         "numpy->torch": (lambda: np.ones(4096, np.float32), dlbridge.to_torch),
-        "torch->numpy": (lambda: torch.ones(4096), dlbridge.to_numpy),
+        "torch->numpy": (lambda: torch.ones(4096, device="cpu"), dlbridge.to_numpy),
         "numpy->numpy": (lambda: np.ones(4096, np.float32), dlbridge.to_numpy),
-        "torch->torch": (lambda: torch.ones(4096), dlbridge.to_torch),
-        "bf16 torch->numpy": (lambda: torch.ones(4096, dtype=torch.bfloat16), dlbridge.to_numpy),
+        "torch->torch": (lambda: torch.ones(4096, device="cpu"), dlbridge.to_torch),
+        "bf16 torch->numpy": (lambda: torch.ones(4096, dtype=torch.bfloat16, device="cpu"), dlbridge.to_numpy),
         "bf16 numpy->torch": (lambda: np.ones(4096, ml_dtypes.bfloat16), dlbridge.to_torch),
     }
 
@@ -259,7 +259,7 @@ def test_threads_convert_concurrently() -> None:
                 back = dlbridge.to_numpy(t)
                 assert back.ctypes.data == src.ctypes.data and back.dtype == dtype
                 np.testing.assert_array_equal(back.astype(np.float32), base.astype(np.float32))
-                tt = torch.full((8,), float(k))
+                tt = torch.full((8,), float(k), device="cpu")
                 assert dlbridge.to_numpy(tt)[0] == k
                 counts[k] += 1
         except BaseException as err:
@@ -382,7 +382,7 @@ def test_fallback_none_is_not_given() -> None:
     torch = need("torch")
     with warnings.catch_warnings():  # "ComplexHalf support is experimental"
         warnings.simplefilter("ignore")
-        x = torch.zeros(4, dtype=torch.complex32)
+        x = torch.zeros(4, dtype=torch.complex32, device="cpu")
     for _ in range(2):
         assert outcome(lambda: dlbridge.to_numpy(x, fallback=None), x) == outcome(lambda: pipeline(x, "numpy"), x)
         r = dlbridge.to_numpy(np.arange(3), fallback=None)
@@ -428,7 +428,7 @@ import os, sys
 os.environ.pop("DLBRIDGE_FALLBACK", None)
 sys.path.insert(0, {root!r})
 import numpy as np, torch, dlbridge
-x = torch.zeros(4, dtype=torch.complex32)
+x = torch.zeros(4, dtype=torch.complex32, device="cpu")
 def dtype():
     try:
         return str(dlbridge.to_numpy(x).dtype)

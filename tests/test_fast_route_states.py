@@ -20,6 +20,7 @@ import pytest
 
 import dlbridge
 from dlbridge._route import _replay as _route
+from tests._arrays import jax_cpu
 from tests._route_helpers import (  # noqa: F401 - route_path: the fixture on_both_paths parametrizes
     aligned,
     counting_declines,
@@ -56,7 +57,7 @@ def _torch():
 
 def _t(dtype: str = "float32"):
     torch = _torch()
-    return torch.arange(12, dtype=getattr(torch, dtype)).reshape(3, 4)
+    return torch.arange(12, dtype=getattr(torch, dtype), device="cpu").reshape(3, 4)
 
 
 def _grad():
@@ -65,12 +66,12 @@ def _grad():
 
 def _conj():
     torch = _torch()
-    return (torch.arange(6, dtype=torch.float32) * (1 + 2j)).conj()
+    return (torch.arange(6, dtype=torch.float32, device="cpu") * (1 + 2j)).conj()
 
 
 def _neg():
     torch = _torch()
-    return torch._neg_view(torch.arange(6, dtype=torch.float32) - 2)
+    return torch._neg_view(torch.arange(6, dtype=torch.float32, device="cpu") - 2)
 
 
 def _sparse():
@@ -142,7 +143,7 @@ def test_neg_bit_keeps_the_sign() -> None:
     x = _neg()
     for _ in range(2):
         np.testing.assert_array_equal(dlbridge.to_numpy(x), -(np.arange(6, dtype=np.float32) - 2))
-        assert torch.equal(dlbridge.to_torch(x), torch._neg_view(torch.arange(6.0) - 2).resolve_neg())
+        assert torch.equal(dlbridge.to_torch(x), torch._neg_view(torch.arange(6.0, device="cpu") - 2).resolve_neg())
 
 
 # --- numpy states -------------------------------------------------------------------------------
@@ -272,7 +273,7 @@ def test_a_str_subclass_fallback_is_refused_cold_and_warm(src: str, to: str) -> 
 
 def _j(shape: tuple[int, ...]):
     jnp = need("jax").numpy
-    return jnp.arange(int(np.prod(shape)), dtype=jnp.float32).reshape(shape)
+    return jax_cpu(jnp.arange(int(np.prod(shape)), dtype=jnp.float32)).reshape(shape)
 
 
 JAX_STATES = {"size0": lambda: _j((0, 3)), "0-d": lambda: _j(()), "ndim32": lambda: _j((1,) * 32)}
@@ -318,12 +319,12 @@ def _complex32():
     torch = _torch()
     with warnings.catch_warnings():  # "ComplexHalf support is experimental"
         warnings.simplefilter("ignore")
-        return (torch.arange(8, dtype=torch.float16) + 1).view(torch.complex32)
+        return (torch.arange(8, dtype=torch.float16, device="cpu") + 1).view(torch.complex32)
 
 
 def _fp4():
     torch = _torch()
-    return torch.arange(1, 9, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    return torch.arange(1, 9, dtype=torch.uint8, device="cpu").view(torch.float4_e2m1fn_x2)
 
 
 @pytest.mark.parametrize("to", ["numpy", "jax"])

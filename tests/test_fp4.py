@@ -16,6 +16,7 @@ import pytest
 
 import dlbridge
 from dlbridge import LayoutError
+from tests._arrays import jax_cpu
 from tests.conftest import need
 
 ml_dtypes = need("ml_dtypes")
@@ -40,7 +41,7 @@ def _make(framework: str, codes: np.ndarray):
     if framework == "torch":
         return _torch_pairs(codes)
     elements = np.array(codes, dtype=np.uint8, order="C").view(FP4)  # 0-d stays 0-d
-    return need("jax").numpy.asarray(elements) if framework == "jax" else elements
+    return jax_cpu(elements) if framework == "jax" else elements
 
 
 def _codes_of(framework: str, arr) -> np.ndarray:
@@ -84,13 +85,14 @@ def test_jax_holds_fp4_packed_two_a_byte():
     """What the table's JAX rows say about its CPU buffers, measured through the capsule's pointer."""
     import ctypes
 
-    jnp = need("jax").numpy
+    need("jax")
     from dlbridge._capsule._read import read
 
-    arr = jnp.asarray(CODES[:15].reshape(3, 5).view(FP4))
+    arr = jax_cpu(CODES[:15].reshape(3, 5).view(FP4))
     capsule = arr.__dlpack__()
     info = read(capsule, "jax")
     assert (info.code, info.bits, info.lanes, info.flags) == (17, 4, 1, 0)
+    assert info.device_code == 1, info  # kDLCPU: host memory (a host read of device memory is a segfault)
     raw = list(ctypes.string_at(info.data_ptr, 8))
     # 15 values in 8 bytes, C order over the whole array; the last byte's high nibble is not a value
     assert raw[:7] == [0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC] and raw[7] & 0x0F == 0x0E
@@ -116,8 +118,9 @@ def test_values_dtype_and_shape_every_pair_of_frameworks(source, target):
 
 
 def test_jax_to_torch_is_zero_copy_when_the_last_dimension_is_even():
-    jnp, torch = need("jax").numpy, need("torch")
-    src = jnp.asarray(np.tile(CODES, 3).reshape(3, 16).view(FP4))
+    torch = need("torch")
+    need("jax")
+    src = jax_cpu(np.tile(CODES, 3).reshape(3, 16).view(FP4))
     for _ in range(2):
         out = dlbridge.to_torch(src)
         assert out.dtype == torch.float4_e2m1fn_x2 and tuple(out.shape) == (3, 8)
@@ -130,8 +133,8 @@ def test_jax_to_torch_is_zero_copy_when_the_last_dimension_is_even():
 
 
 def test_jax_to_jax_is_the_same_array_and_numpy_to_numpy_shares_memory():
-    jnp = need("jax").numpy
-    src = jnp.asarray(CODES.view(FP4))
+    need("jax")
+    src = jax_cpu(CODES.view(FP4))
     same = dlbridge.to_jax(src)  # itself where JAX cannot import fp4 (0.10+), else its zero-copy import
     assert same is src or same.unsafe_buffer_pointer() == src.unsafe_buffer_pointer()
     again = dlbridge.to_jax(src, copy=True)
@@ -177,9 +180,9 @@ def test_odd_counts_are_refused_by_torch_with_what_to_do(source, shape):
 
 
 def test_odd_last_dimension_of_jax_reads_its_flat_packing_right():
-    jnp = need("jax").numpy
+    need("jax")
     codes = (np.arange(21) % 16).astype(np.uint8).reshape(3, 7)
-    out = dlbridge.to_numpy(jnp.asarray(codes.view(FP4)))
+    out = dlbridge.to_numpy(jax_cpu(codes.view(FP4)))
     assert out.dtype == FP4 and out.view(np.uint8).tolist() == codes.tolist()
 
 
@@ -215,6 +218,33 @@ def test_a_padded_capsule_reaches_numpy_zero_copy_and_torch_repacked():
     del out, pairs
 
 
+def test_a_legacy_capsule_dlbridge_marks_padded_reads_one_value_a_byte():
+    """NumPy < 2.1 exports legacy capsules only, which have no flags: the NumPy adapter's fp4 export
+    marks its one-value-a-byte capsule through the capsule's context, and the reader reads it back as
+    IS_SUBBYTE_TYPE_PADDED (read as packed, torch got other values: numpy 2.0.2, found by .ci/edges)."""
+    from dlbridge._capsule._edit import mark_padded
+    from dlbridge._capsule._read import read
+    from dlbridge._dtypes import BY_NAME
+
+    torch = need("torch")
+    codes = CODES.reshape(2, 8).copy()
+    for make in (lambda: codes.__dlpack__(), lambda: codes.__dlpack__(max_version=(1, 0))):
+        capsule = make()
+        mark_padded(capsule, BY_NAME["float4_e2m1fn"])
+        info = read(capsule)
+        assert (info.code, info.bits, info.shape, info.flags & (1 << 2)) == (17, 4, (2, 8), 1 << 2), info
+        out = dlbridge.to_numpy(capsule)
+        assert out.dtype == FP4 and out.view(np.uint8).tolist() == codes.tolist()
+        assert out.ctypes.data == codes.ctypes.data  # zero-copy
+    plain = codes.__dlpack__()  # the same bytes, unmarked: packed two a byte, as a capsule says
+    assert not read(plain).flags
+    capsule = codes.__dlpack__()
+    mark_padded(capsule, BY_NAME["float4_e2m1fn"])
+    with pytest.raises(LayoutError, match="one value a byte"):  # a raw capsule torch would take as pairs
+        dlbridge.to_torch(capsule)
+    del plain, capsule, torch
+
+
 def test_inspect_describes_numpy_fp4_as_a_padded_capsule_of_its_memory():
     host = CODES.view(FP4).reshape(4, 4)
     info = dlbridge.inspect(host)
@@ -247,10 +277,10 @@ def test_targets_without_fp4_still_refuse_as_before():
 def test_twice_in_a_fresh_process_with_and_without_the_compiled_route(pure):
     need("torch"), need("jax")
     code = """
-import numpy as np, ml_dtypes, torch, jax.numpy as jnp, dlbridge
+import numpy as np, ml_dtypes, torch, jax, dlbridge
 codes = np.arange(16, dtype=np.uint8)
 src = torch.from_numpy(codes[0::2] | (codes[1::2] << 4)).view(torch.float4_e2m1fn_x2)
-j = jnp.asarray(codes.view(ml_dtypes.float4_e2m1fn))
+j = jax.device_put(codes.view(ml_dtypes.float4_e2m1fn), jax.devices("cpu")[0])
 for _ in range(3):
     assert np.asarray(dlbridge.to_numpy(src)).view(np.uint8).tolist() == codes.tolist()
     assert np.asarray(dlbridge.to_jax(src)).view(np.uint8).tolist() == codes.tolist()

@@ -112,7 +112,7 @@ def test_cuda_to_numpy_needs_a_copy(cuda) -> None:
 def test_cpu_to_cupy_with_device(cuda) -> None:
     torch = need("torch")
     need("cupy")
-    for src in (torch.arange(4.0).to(torch.bfloat16), np.arange(4.0, dtype=np.float32)):
+    for src in (torch.arange(4.0, device="cpu").to(torch.bfloat16), np.arange(4.0, dtype=np.float32)):
         out = dlbridge.to_cupy(src, device="cuda")
         assert out.get().astype(np.float32).tolist() == [0.0, 1.0, 2.0, 3.0]
 
@@ -192,7 +192,7 @@ def test_cpu_sources_to_cuda_with_device(cuda, consumer: str, dtype: str) -> Non
 def test_pinned_torch_tensors_are_shared_as_cpu_memory(cuda) -> None:
     """torch reports pinned tensors as kDLCUDAHost (3); CPU consumers share them zero-copy."""
     torch = need("torch")
-    t = torch.arange(12, dtype=torch.float32).reshape(3, 4).pin_memory()
+    t = torch.arange(12, dtype=torch.float32, device="cpu").reshape(3, 4).pin_memory()
     assert t.__dlpack_device__()[0] == 3
     n = dlbridge.to_numpy(t)
     assert n.__array_interface__["data"][0] == t.data_ptr() and n.tolist() == t.tolist()

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import pytest
 
 import dlbridge
+from tests._arrays import jax_cpu
 from tests._guard_helpers import FRAMEWORKS, chalf, fp4, framework, make, np, ptr, require_no_x64, torch, values
 from tests.conftest import caps_of, need, run_child
 
@@ -50,7 +51,7 @@ def test_round_trip_shares_memory(source: str, target: str) -> None:
 
 def test_bf16_round_trip_through_numpy_body() -> None:
     need("ml_dtypes")
-    x = torch.tensor([1.0, -2.0, 0.5, 3.5], dtype=torch.bfloat16)
+    x = torch.tensor([1.0, -2.0, 0.5, 3.5], dtype=torch.bfloat16, device="cpu")
     inside = []
 
     @dlbridge.guard("numpy")
@@ -69,9 +70,8 @@ def test_bf16_round_trip_through_numpy_body() -> None:
 # A child interpreter without ml_dtypes: NumPy cannot hold bf16, so fallback="view" hands the
 # body a uint16 view, and results come back as bf16 (same memory, or new uint16 arrays relabelled).
 _BF16_VIEW_CHILD = """
-    import sys; sys.modules["ml_dtypes"] = None
     import numpy as np, torch, dlbridge
-    x = torch.tensor([1.0, -2.0, 0.5, 3.5], dtype=torch.bfloat16)
+    x = torch.tensor([1.0, -2.0, 0.5, 3.5], dtype=torch.bfloat16, device="cpu")
     seen = []
 
     def body(a):
@@ -114,7 +114,7 @@ _BF16_VIEW_CHILD = """
 
 
 def test_bf16_view_fallback_through_numpy_body_without_ml_dtypes() -> None:
-    done = run_child(_BF16_VIEW_CHILD)
+    done = run_child(_BF16_VIEW_CHILD, block=("ml_dtypes",))
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
@@ -155,7 +155,7 @@ def test_process_default_fallback_applies_at_call_time() -> None:
 
 def test_returning_an_argument_gives_back_the_callers_object() -> None:
     jnp = need("jax.numpy")
-    x = jnp.arange(4.0)
+    x = jax_cpu(jnp.arange(4.0))
 
     @dlbridge.guard("numpy")
     def body(a):
@@ -167,7 +167,7 @@ def test_returning_an_argument_gives_back_the_callers_object() -> None:
 
 
 def test_copy_true_results_are_the_bodys_copies() -> None:
-    x = torch.zeros(3)
+    x = torch.zeros(3, device="cpu")
 
     @dlbridge.guard("numpy", copy=True)
     def body(a):
@@ -180,7 +180,7 @@ def test_copy_true_results_are_the_bodys_copies() -> None:
 
 
 def test_same_framework_arguments_and_results_pass_as_they_are() -> None:
-    x = torch.ones(3)
+    x = torch.ones(3, device="cpu")
     seen = []
 
     @dlbridge.guard("torch")
@@ -197,7 +197,7 @@ def test_module_works_as_well_as_its_name() -> None:
     def body(a):
         return type(a)
 
-    assert body(torch.ones(2)) is np.ndarray
+    assert body(torch.ones(2, device="cpu")) is np.ndarray
 
 
 def test_non_array_arguments_and_results_are_left_alone() -> None:
@@ -207,7 +207,7 @@ def test_non_array_arguments_and_results_are_left_alone() -> None:
     def body(a, n, s, o, *, scale=None):
         return a, n, s, o, scale, None
 
-    out = body(torch.ones(2), 3, "text", marker, scale=2.5)
+    out = body(torch.ones(2, device="cpu"), 3, "text", marker, scale=2.5)
     assert isinstance(out[0], torch.Tensor)
     assert out[1:] == (3, "text", marker, 2.5, None)
 
@@ -221,7 +221,7 @@ class Pair(NamedTuple):
 
 
 def test_arrays_inside_tuples_lists_dicts_are_converted_and_come_back() -> None:
-    a, b = torch.ones(2), torch.zeros(2)
+    a, b = torch.ones(2, device="cpu"), torch.zeros(2, device="cpu")
     seen = {}
 
     @dlbridge.guard("numpy")
@@ -261,7 +261,7 @@ def test_args_selects_by_name_or_position(selection) -> None:
     def body(x, y, *, z=None):
         return type(x), type(y), type(z)
 
-    t = torch.ones(2)
+    t = torch.ones(2, device="cpu")
     assert body(t, t, z=t) == (np.ndarray, torch.Tensor, torch.Tensor)
     assert body(x=t, y=t) == (np.ndarray, torch.Tensor, type(None))
 
@@ -271,7 +271,7 @@ def test_args_selects_keyword_only_and_varargs() -> None:
     def body(x, *rest, z=None, **kw):
         return type(x), [type(r) for r in rest], type(z), {k: type(v) for k, v in kw.items()}
 
-    t = torch.ones(2)
+    t = torch.ones(2, device="cpu")
     assert body(t, t, [t], z=t, w=t) == (torch.Tensor, [np.ndarray, list], np.ndarray, {"w": np.ndarray})
 
 
@@ -281,7 +281,7 @@ def test_args_position_counts_self_in_methods() -> None:
         def forward(self, x, y):
             return type(x), type(y)
 
-    t = torch.ones(2)
+    t = torch.ones(2, device="cpu")
     assert Model().forward(t, t) == (torch.Tensor, np.ndarray)
 
 
@@ -313,7 +313,7 @@ def test_returns_none_leaves_results_alone() -> None:
     def body(a):
         return a
 
-    assert isinstance(body(torch.ones(2)), np.ndarray)
+    assert isinstance(body(torch.ones(2, device="cpu")), np.ndarray)
 
 
 @pytest.mark.parametrize("returns", ["jax", "jax.numpy"])
@@ -324,7 +324,7 @@ def test_returns_names_a_framework(returns: str) -> None:
     def body(a):
         return [a, a.sum()]
 
-    out = body(torch.tensor([1.0, 2.0]))
+    out = body(torch.tensor([1.0, 2.0], device="cpu"))
     assert all(isinstance(r, jax.Array) for r in out[:1])
     assert out[0].tolist() == [1.0, 2.0]
 
@@ -346,9 +346,9 @@ def test_results_follow_the_first_array_argument() -> None:
     def body(a, b):
         return a + b
 
-    assert framework(body(jnp.ones(2), torch.ones(2))) == "jax"
-    assert framework(body(torch.ones(2), jnp.ones(2))) == "torch"
-    assert framework(body(b=torch.ones(2), a=jnp.ones(2))) == "torch"  # call order
+    assert framework(body(jax_cpu(jnp.ones(2)), torch.ones(2, device="cpu"))) == "jax"
+    assert framework(body(torch.ones(2, device="cpu"), jax_cpu(jnp.ones(2)))) == "torch"
+    assert framework(body(b=torch.ones(2, device="cpu"), a=jax_cpu(jnp.ones(2)))) == "torch"  # call order
 
 
 def test_no_array_argument_leaves_results_alone() -> None:
@@ -371,7 +371,7 @@ def test_result_that_cannot_go_back_names_the_result() -> None:
         dlbridge.UnsupportedDtypeError,
         match=r"^widen\(\) returned result\[1\]=numpy cpu float64\[2\], which could not go back: .*jax_enable_x64",
     ):
-        widen(jnp.ones(2))
+        widen(jax_cpu(jnp.ones(2)))
 
 
 def test_pinned_argument_results_come_back_as_cpu_tensors() -> None:
@@ -382,7 +382,7 @@ def test_pinned_argument_results_come_back_as_cpu_tensors() -> None:
             return (3, 0)
 
     Pinned.__module__ = "torch.pinned_stand_in"
-    x = torch.arange(4.0).as_subclass(Pinned)
+    x = torch.arange(4.0, device="cpu").as_subclass(Pinned)
 
     @dlbridge.guard("jax")
     def double(a):
@@ -404,8 +404,8 @@ def test_a_genuine_uint8_argument_beside_a_view_keeps_new_results_uint8() -> Non
     the body made it (uint8) rather than relabelled; without the plain argument it is restored."""
     if "float8_e4m3b11fnuz" in caps_of("jax").cannot_export:
         pytest.skip("JAX < 0.5.3 cannot export float8 through DLPack")
-    y = need("jax.numpy").asarray([0.5, -1.0, 2.0, 0.25], dtype="float8_e4m3b11fnuz")  # torch: a uint8 view
-    mask = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
+    y = jax_cpu([0.5, -1.0, 2.0, 0.25], dtype="float8_e4m3b11fnuz")  # torch: a uint8 view
+    mask = torch.tensor([1, 2, 3, 4], dtype=torch.uint8, device="cpu")
 
     @dlbridge.guard("torch", fallback="view")
     def scaled(m, v):

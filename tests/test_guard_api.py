@@ -8,6 +8,7 @@ import inspect as pyinspect
 import pytest
 
 import dlbridge
+from tests._arrays import jax_cpu
 from tests._guard_helpers import chalf, np, require_no_x64, torch, values
 from tests.conftest import run_child
 
@@ -26,7 +27,7 @@ def test_convert_false_raises_before_the_body_runs() -> None:
         dlbridge.UnsupportedDtypeError,
         match=r"^fused\(y=…\) under @dlbridge.guard\('jax'\): cannot hand torch cpu float64\[3\] to jax",
     ):
-        fused(torch.ones(3), torch.ones(3, dtype=torch.float64))
+        fused(torch.ones(3, device="cpu"), torch.ones(3, dtype=torch.float64, device="cpu"))
     assert calls == []
 
 
@@ -42,7 +43,7 @@ def test_convert_false_device_check_raises_before_the_body_runs() -> None:
         dlbridge.DeviceMismatchError,
         match=r"^fused\(x=…\) under @dlbridge.guard\('cupy'\): received torch cpu float32\[2\]; cupy arrays live on cuda .*convert=False moves nothing.*device=\"cuda\"",
     ):
-        fused(torch.ones(2))
+        fused(torch.ones(2, device="cpu"))
     assert calls == []
 
 
@@ -58,7 +59,7 @@ def test_convert_false_fallback_hint_says_to_drop_convert_false() -> None:
 
 
 def test_convert_false_passes_the_arguments_unconverted() -> None:
-    x = torch.ones(2)
+    x = torch.ones(2, device="cpu")
 
     @dlbridge.guard("numpy", convert=False, returns=None)
     def body(a):
@@ -83,7 +84,7 @@ def test_unsupported_dtype_names_function_argument_dtype_device_and_fix() -> Non
         raise AssertionError("the body ran")
 
     with pytest.raises(dlbridge.UnsupportedDtypeError) as info:
-        fused(torch.ones(4), y=chalf(2))
+        fused(torch.ones(4, device="cpu"), y=chalf(2))
     message = str(info.value)
     assert message.startswith("fused(y=…) under @dlbridge.guard('numpy'): cannot hand torch cpu complex32[2] to numpy")
     assert 'Pass fallback="view"' in message
@@ -100,7 +101,7 @@ def test_device_mismatch_names_the_nested_argument(cupy_counted_installed: None)
         dlbridge.DeviceMismatchError,
         match=r"^fused\(xs\[1\]=…\) under @dlbridge.guard\('cupy'\): received torch cpu float32\[2\]: .*pass device=\"cuda\" or copy=True",
     ):
-        fused([None, torch.ones(2)])
+        fused([None, torch.ones(2, device="cpu")])
 
 
 def test_extra_positional_arguments_are_named_after_the_star_parameter() -> None:
@@ -109,7 +110,7 @@ def test_extra_positional_arguments_are_named_after_the_star_parameter() -> None
         raise AssertionError("the body ran")
 
     with pytest.raises(dlbridge.UnsupportedDtypeError, match=r"^fused\(rest\[1\]=…\)"):
-        fused(torch.ones(1), torch.ones(1), chalf(1))
+        fused(torch.ones(1, device="cpu"), torch.ones(1, device="cpu"), chalf(1))
 
 
 def test_guard_frames_are_hidden_from_pytest_tracebacks() -> None:
@@ -157,7 +158,7 @@ def test_body_exceptions_pass_through_untouched() -> None:
         raise boom
 
     with pytest.raises(KeyError) as info:
-        body(torch.ones(2))
+        body(torch.ones(2, device="cpu"))
     assert info.value is boom
     assert not getattr(boom, "__notes__", None)
     assert info.traceback[-1].name == "body"
@@ -191,7 +192,7 @@ class Layer:
 
 
 def test_methods_staticmethods_and_classmethods() -> None:
-    t = torch.tensor([1.0, 2.0])
+    t = torch.tensor([1.0, 2.0], device="cpu")
     assert Layer().forward(t).tolist() == [2.0, 4.0]
     for fn in (Layer.static_inner, Layer().static_inner, Layer.static_outer, Layer().static_outer):
         kind, back = fn(t)
@@ -241,12 +242,13 @@ def test_benchmark_runs(capsys) -> None:
     spec = importlib.util.spec_from_file_location("bench_guard", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    for _, guarded, by_hand in bench.cases():  # like for like: both sides give the same values
-        g, h = guarded(), by_hand()
-        g, h = (g, h) if isinstance(g, tuple) else ((g,), (h,))
-        assert [type(a) for a in g] == [type(b) for b in h]
-        assert all(values(a) == values(b) for a, b in zip(g, h))
-    assert bench.main(["--number", "2", "--rounds", "1"]) == 0
+    with torch.device("cpu"):  # a CPU benchmark: its tensors on the CPU whatever torch's default device is
+        for _, guarded, by_hand in bench.cases():  # like for like: both sides give the same values
+            g, h = guarded(), by_hand()
+            g, h = (g, h) if isinstance(g, tuple) else ((g,), (h,))
+            assert [type(a) for a in g] == [type(b) for b in h]
+            assert all(values(a) == values(b) for a, b in zip(g, h))
+        assert bench.main(["--number", "2", "--rounds", "1"]) == 0
     assert "worst ratio" in capsys.readouterr().out
 
 
@@ -332,5 +334,5 @@ def test_args_results_go_to_the_first_selected_parameters_framework_in_signature
         return x + y
 
     # y is given first in the call, x comes first in the signature: results follow x.
-    out = body(y=jnp.ones(2), x=torch.ones(2))
+    out = body(y=jax_cpu(jnp.ones(2)), x=torch.ones(2, device="cpu"))
     assert isinstance(out, torch.Tensor) and out.tolist() == [2.0, 2.0]

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 import dlbridge
+from tests._arrays import set_in_place
 from tests._guard_helpers import fp4, np, ptr, torch
 
 # --- in-place metadata changes: the result is what the body returned ------------------------------
@@ -23,13 +24,11 @@ def _unsqueeze_(x):
 
 
 def _reshape_in_place(x):
-    x.shape = (3, 2)
-    return x
+    return set_in_place(x, shape=(3, 2))
 
 
 def _redtype_in_place(x):
-    x.dtype = np.int32
-    return x
+    return set_in_place(x, dtype=np.int32)
 
 
 def test_torch_body_t_in_place_returns_the_transposed_array_not_the_callers_original() -> None:
@@ -51,7 +50,7 @@ def test_torch_body_unsqueeze_in_place_returns_the_new_shape() -> None:
 
 
 def test_numpy_body_setting_shape_returns_the_reshaped_tensor() -> None:
-    src = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    src = torch.arange(6, dtype=torch.float32, device="cpu").reshape(2, 3)
     out = dlbridge.guard("numpy")(_reshape_in_place)(src)
     assert isinstance(out, torch.Tensor) and out is not src
     assert tuple(out.shape) == (3, 2) and out.dtype == torch.float32
@@ -61,7 +60,7 @@ def test_numpy_body_setting_shape_returns_the_reshaped_tensor() -> None:
 
 
 def test_numpy_body_setting_dtype_returns_the_reinterpreted_tensor() -> None:
-    src = torch.tensor([1.0, -2.0, 3.5], dtype=torch.float32)
+    src = torch.tensor([1.0, -2.0, 3.5], dtype=torch.float32, device="cpu")
     out = dlbridge.guard("numpy")(_redtype_in_place)(src)
     assert isinstance(out, torch.Tensor) and out.dtype == torch.int32 and tuple(out.shape) == (3,)
     assert out.tolist() == src.view(torch.int32).tolist()  # the same bits, read as int32
@@ -84,7 +83,7 @@ def test_torch_body_t_in_place_on_a_square_matrix_is_seen_by_its_strides() -> No
 
 def test_torch_body_in_place_change_on_a_native_argument_is_the_callers_tensor() -> None:
     # A torch argument is passed as it is: the body's in-place change is on the caller's tensor.
-    src = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    src = torch.arange(6, dtype=torch.float32, device="cpu").reshape(2, 3)
     out = dlbridge.guard("torch")(_transpose_)(src)
     assert out is src and tuple(out.shape) == (3, 2)
 
@@ -98,8 +97,7 @@ def test_numpy_body_reshaping_a_view_in_place_returns_the_logical_dtype_in_the_n
 
 
 def _reshape_flat_in_place(x):
-    x.shape = (1, 4)
-    return x
+    return set_in_place(x, shape=(1, 4))
 
 
 # --- async def bodies ------------------------------------------------------------------------------
@@ -112,7 +110,7 @@ def test_async_body_result_goes_back_to_the_callers_framework() -> None:
         await asyncio.sleep(0)
         return x * 2
 
-    src = torch.tensor([1.0, 2.0, 3.0])
+    src = torch.tensor([1.0, 2.0, 3.0], device="cpu")
     out = asyncio.run(double(src))
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float32 and out.tolist() == [2.0, 4.0, 6.0]
 
@@ -122,7 +120,7 @@ def test_async_body_returning_its_argument_gives_back_the_callers_object() -> No
     async def same(x):
         return x
 
-    src = torch.tensor([1.0, 2.0])
+    src = torch.tensor([1.0, 2.0], device="cpu")
     assert asyncio.run(same(src)) is src
 
 
@@ -156,7 +154,7 @@ def test_generator_yields_and_return_value_go_back_to_the_callers_framework() ->
         yield x[2:]
         return x[::-1]
 
-    src = torch.arange(4, dtype=torch.float32)
+    src = torch.arange(4, dtype=torch.float32, device="cpu")
     gen = chunks(src)
     first, second = next(gen), next(gen)
     assert isinstance(first, torch.Tensor) and first.tolist() == [0.0, 1.0] and ptr(first) == ptr(src)
@@ -177,9 +175,9 @@ def test_generator_send_values_are_converted_like_arguments() -> None:
             seen.append(type(more))
             total = total + more
 
-    gen = accumulate(torch.ones(2))
+    gen = accumulate(torch.ones(2, device="cpu"))
     assert next(gen).tolist() == [1.0, 1.0]
-    out = gen.send(torch.full((2,), 2.0))
+    out = gen.send(torch.full((2,), 2.0, device="cpu"))
     assert seen == [np.ndarray]
     assert isinstance(out, torch.Tensor) and out.tolist() == [3.0, 3.0]
     gen.close()
@@ -199,7 +197,7 @@ def test_generator_throw_and_close_reach_the_body() -> None:
         finally:
             events.append("closed")
 
-    gen = body(torch.ones(1))
+    gen = body(torch.ones(1, device="cpu"))
     next(gen)
     assert isinstance(gen.throw(KeyError("k")), torch.Tensor)
     gen.close()
@@ -211,7 +209,7 @@ def test_generator_throw_not_caught_by_the_body_propagates() -> None:
     def body(x):
         yield x
 
-    gen = body(torch.ones(1))
+    gen = body(torch.ones(1, device="cpu"))
     next(gen)
     with pytest.raises(KeyError):
         gen.throw(KeyError("k"))
@@ -235,9 +233,9 @@ def test_async_generator_yields_go_back_to_the_callers_framework() -> None:
         yield x[1:] + more
 
     async def drive():
-        gen = halves(torch.tensor([1.0, 2.0]))
+        gen = halves(torch.tensor([1.0, 2.0], device="cpu"))
         first = await gen.__anext__()
-        second = await gen.asend(torch.tensor([10.0]))
+        second = await gen.asend(torch.tensor([10.0], device="cpu"))
         with pytest.raises(StopAsyncIteration):
             await gen.__anext__()
         return first, second
@@ -256,7 +254,7 @@ def test_plain_function_returning_a_generator_expression_has_its_yields_converte
         assert isinstance(x, np.ndarray)
         return (row for row in x)
 
-    src = torch.arange(4, dtype=torch.float32).reshape(2, 2)
+    src = torch.arange(4, dtype=torch.float32, device="cpu").reshape(2, 2)
     out = list(rows(src))
     assert all(isinstance(r, torch.Tensor) for r in out)
     assert [r.tolist() for r in out] == [[0.0, 1.0], [2.0, 3.0]]
@@ -270,7 +268,7 @@ def test_object_with_an_async_call_has_its_awaited_result_converted() -> None:
             return x * 2
 
     guarded = dlbridge.guard("numpy")(Doubler())
-    out = asyncio.run(guarded(torch.tensor([1.0, 2.0])))
+    out = asyncio.run(guarded(torch.tensor([1.0, 2.0], device="cpu")))
     assert isinstance(out, torch.Tensor) and out.tolist() == [2.0, 4.0]
 
 
@@ -278,6 +276,6 @@ def test_returns_none_leaves_a_returned_generator_as_the_body_made_it() -> None:
     def make(x):
         return (v for v in x)
 
-    gen_obj = dlbridge.guard("numpy", returns=None)(make)(torch.ones(2, 2))
+    gen_obj = dlbridge.guard("numpy", returns=None)(make)(torch.ones(2, 2, device="cpu"))
     assert type(gen_obj).__name__ == "generator"
     assert all(isinstance(v, np.ndarray) for v in gen_obj)

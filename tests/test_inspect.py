@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import dlbridge
+from tests._arrays import jax_cpu
 from tests.conftest import caps_of, need
 
 torch = need("torch")
@@ -16,7 +17,7 @@ ml_dtypes = need("ml_dtypes")
 
 
 def test_torch_sliced_bf16_every_field() -> None:
-    base = torch.zeros(4, 6, dtype=torch.bfloat16)
+    base = torch.zeros(4, 6, dtype=torch.bfloat16, device="cpu")
     t = base[1:, 2:]
     info = dlbridge.inspect(t)
     assert (info.dtype, info.code, info.bits, info.lanes) == ("bfloat16", 4, 16, 1)
@@ -33,7 +34,7 @@ def test_torch_sliced_bf16_every_field() -> None:
 
 def test_fast_construction_matches_the_dataclass() -> None:
     """read() fills __dict__ directly (speed): the result must equal one built by the dataclass."""
-    for x in (torch.zeros(2, 3)[:, 1:], np.zeros(4, np.int16), jnp.zeros(())):
+    for x in (torch.zeros(2, 3, device="cpu")[:, 1:], np.zeros(4, np.int16), jax_cpu(jnp.zeros(()))):
         info = dlbridge.inspect(x)
         assert set(vars(info)) == {f.name for f in dataclasses.fields(info)}
         rebuilt = dlbridge.DLPackInfo(**{f.name: getattr(info, f.name) for f in dataclasses.fields(info)})
@@ -53,13 +54,13 @@ def test_numpy_readonly_and_ml_dtypes() -> None:
 
 
 def test_jax_is_legacy_only() -> None:
-    info = dlbridge.inspect(jnp.arange(3, dtype=jnp.bfloat16))
+    info = dlbridge.inspect(jax_cpu(jnp.arange(3, dtype=jnp.bfloat16)))
     assert info.producer == "jax" and info.dtype == "bfloat16"
     assert not info.versioned and info.version is None
 
 
 def test_raw_capsules_are_not_consumed() -> None:
-    t = torch.arange(5.0)
+    t = torch.arange(5.0, device="cpu")
     cap = t.__dlpack__(max_version=(1, 0))
     first = dlbridge.inspect(cap)
     assert first == dlbridge.inspect(cap)  # reading twice gives the same answer
@@ -77,8 +78,8 @@ def test_strides_none_for_compact_legacy_numpy() -> None:
 
 
 def test_zero_d_and_empty() -> None:
-    assert dlbridge.inspect(torch.tensor(1.5)).shape == ()
-    empty = dlbridge.inspect(torch.empty(0, 3))
+    assert dlbridge.inspect(torch.tensor(1.5, device="cpu")).shape == ()
+    empty = dlbridge.inspect(torch.empty(0, 3, device="cpu"))
     assert empty.shape == (0, 3) and empty.size == 0 and empty.nbytes == 0
 
 

@@ -133,3 +133,84 @@ def test_isolated_refuses_arguments_it_does_not_know(tmp_path: Path) -> None:
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "isolated takes only env= and imports=" in out, out
+
+
+CLEAN = """
+import os, signal, pytest
+
+pytestmark = pytest.mark.isolated
+
+
+def _inherited():
+    return sorted(k for k in os.environ if k == "PYTEST_ADDOPTS" or k.startswith("PYTEST_XDIST_"))
+
+
+def test_a_starts_clean(pytestconfig):
+    assert os.environ["DLBRIDGE_ISOLATED_CHILD"] == "1" and os.environ["DLBRIDGE_TEST_FLAG"] == "parent"
+    assert _inherited() == [], _inherited()
+    assert [p for p in ("xdist", "benchmark", "cacheprovider") if not pytestconfig.pluginmanager.is_blocked(p)] == []
+
+
+def test_b_kills_its_own_process():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_c_a_fresh_child_starts_clean_too():
+    assert _inherited() == [], _inherited()
+"""
+
+
+def _outer_pytest(tmp_path: Path, module: str, conftest: str = CONFTEST, **extra_env: str) -> str:
+    """Run a pytest over ``module`` (as test_mod.py in ``tmp_path``) the way the suite runs: its output."""
+    (tmp_path / "conftest.py").write_text(conftest)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\nmarkers =\n    isolated: child\n")
+    (tmp_path / "test_mod.py").write_text(textwrap.dedent(module))
+    env = {k: v for k, v in os.environ.items() if k != "DLBRIDGE_ISOLATED_CHILD"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env.update(extra_env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-q", "test_mod.py"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )  # fmt: skip
+    return proc.stdout + proc.stderr
+
+
+def test_the_child_starts_clean_of_the_parents_run(tmp_path: Path) -> None:
+    """Under xdist (its PYTEST_XDIST_* variables) and with PYTEST_ADDOPTS set, a child inherits neither,
+    and loads no xdist, benchmark or cache plugin; a child that kills itself fails that one test, and the
+    next test runs in a fresh child that starts as clean."""
+    out = _outer_pytest(
+        tmp_path, CLEAN, DLBRIDGE_TEST_FLAG="parent", PYTEST_ADDOPTS="-p no:doctest",
+        PYTEST_XDIST_WORKER="gw3", PYTEST_XDIST_WORKER_COUNT="4", PYTEST_XDIST_TESTRUNUID="0123abcd",
+    )  # fmt: skip
+    assert "1 failed, 2 passed" in out, out
+    assert "PASSED test_mod.py::test_a_starts_clean" in out
+    assert "FAILED test_mod.py::test_b_kills_its_own_process" in out and "killed by a signal" in out
+    assert "PASSED test_mod.py::test_c_a_fresh_child_starts_clean_too" in out
+
+
+STARTUP_FAILS = (
+    CONFTEST.replace("pytest_configure, ", "pytest_configure as isolated_configure, ")
+    + """
+import os
+
+
+def pytest_configure(config):
+    isolated_configure(config)
+    if os.environ.get("DLBRIDGE_ISOLATED_CHILD") == "1":
+        raise RuntimeError("this child cannot start")
+"""
+)
+
+
+def test_a_child_that_cannot_start_is_one_failure(tmp_path: Path) -> None:
+    """A child pytest that dies before any test (an INTERNALERROR at its start) is reported once, on the
+    group's first test, with its output; the group's other tests say they did not run."""
+    module = "import pytest\n\npytestmark = pytest.mark.isolated\n\n" + "".join(
+        f"def test_{n}():\n    pass\n\n\n" for n in ("one", "two", "three")
+    )
+    out = _outer_pytest(tmp_path, module, STARTUP_FAILS)
+    assert "1 failed, 2 skipped" in out, out
+    assert "FAILED test_mod.py::test_one" in out and "this child cannot start" in out
+    assert out.count("RuntimeError: this child cannot start") == 1, out  # the child's output once
+    assert "not run: the child pytest exited" in out and "(see test_mod.py::test_one)" in out, out

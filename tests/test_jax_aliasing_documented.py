@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 import dlbridge
+from tests._arrays import jax_cpu
 from tests._robust_helpers import np, torch
 from tests.conftest import need
 
@@ -22,7 +23,7 @@ jnp = jax.numpy
 
 
 def test_torch_from_jax_is_a_writable_alias_only_when_asked() -> None:
-    x = jnp.arange(16, dtype=jnp.float32)
+    x = jax_cpu(jnp.arange(16, dtype=jnp.float32))
     with pytest.raises(dlbridge.ReadOnlyError, match=r'JAX arrays are immutable.*copy=True.*readonly="drop"'):
         dlbridge.to_torch(x)
     t = dlbridge.to_torch(x, readonly="drop")
@@ -34,7 +35,7 @@ def test_torch_from_jax_is_a_writable_alias_only_when_asked() -> None:
 
 
 def test_jitted_constant_does_not_see_writes_through_the_alias() -> None:
-    x = jnp.arange(16, dtype=jnp.float32)
+    x = jax_cpu(jnp.arange(16, dtype=jnp.float32))
     constant = jax.jit(lambda: x * 2)  # x captured as a constant of the compiled function
     assert float(constant()[0]) == 0.0
     dlbridge.to_torch(x, readonly="drop")[0] = 100.0  # what readonly="drop" leaves to the caller
@@ -45,7 +46,7 @@ def test_jitted_constant_does_not_see_writes_through_the_alias() -> None:
 
 def test_numpy_from_jax_is_read_only() -> None:
     """Where the consumer can say so, the alias is read-only (JAX exports READ_ONLY)."""
-    x = jnp.arange(16, dtype=jnp.float32)
+    x = jax_cpu(jnp.arange(16, dtype=jnp.float32))
     n = dlbridge.to_numpy(x)
     assert n.__array_interface__["data"][0] == x.unsafe_buffer_pointer() and not n.flags.writeable
 
@@ -53,7 +54,7 @@ def test_numpy_from_jax_is_read_only() -> None:
 def test_jax_from_torch_sees_later_writes_to_the_source() -> None:
     """The JAX array is the source's memory: write the source only once JAX work on it is done
     (``block_until_ready()`` on the results), or pass copy=True."""
-    t = torch.zeros(16, dtype=torch.float32)
+    t = torch.zeros(16, dtype=torch.float32, device="cpu")
     j = dlbridge.to_jax(t)
     assert j.unsafe_buffer_pointer() == t.data_ptr()
     t[0] = 7.0

@@ -104,7 +104,7 @@ def test_jax_x64_off_refuses_int64_instead_of_narrowing() -> None:
     torch = need("torch")
     if _jax_x64():
         pytest.skip("x64 is on in this process")
-    t = torch.arange(3, dtype=torch.int64) + 2**40
+    t = torch.arange(3, dtype=torch.int64, device="cpu") + 2**40
     with pytest.raises(dlbridge.UnsupportedDtypeError, match=r"jax_enable_x64"):
         dlbridge.to_jax(t)
 
@@ -119,13 +119,13 @@ def test_jax_x64_on_int64_both_ways() -> None:
         """
         import jax; jax.config.update("jax_enable_x64", True)
         import jax.numpy as jnp, torch, numpy as np, dlbridge
-        t = torch.arange(3, dtype=torch.int64) + 2**40
+        t = torch.arange(3, dtype=torch.int64, device="cpu") + 2**40
         j = dlbridge.to_jax(t)
         assert j.dtype == jnp.int64 and j.unsafe_buffer_pointer() == t.data_ptr(), j
         assert (np.asarray(j) == t.numpy()).all()
         back = dlbridge.to_torch(j)
         assert back.data_ptr() == t.data_ptr() and back.dtype == torch.int64
-        n = dlbridge.to_numpy(jnp.arange(3, dtype=jnp.int64))
+        n = dlbridge.to_numpy(jax.device_put(jnp.arange(3, dtype=jnp.int64), jax.devices("cpu")[0]))
         assert n.dtype == np.int64
         print("ok")
         """

@@ -74,7 +74,7 @@ def test_numpy_and_toy_share_memory_both_ways(to_toy: Any) -> None:
 @isolated
 def test_torch_and_toy_share_memory_both_ways(to_toy: Any) -> None:
     torch = need("torch")
-    x = torch.arange(6, dtype=torch.int32)
+    x = torch.arange(6, dtype=torch.int32, device="cpu")
     t = to_toy(x)
     assert t.dtype == np.int32 and _ptr(t) == x.data_ptr()
     assert t.data.tolist() == list(range(6))
@@ -87,7 +87,7 @@ def test_torch_and_toy_share_memory_both_ways(to_toy: Any) -> None:
 def test_the_rows_decide_what_the_toy_takes(to_toy: Any) -> None:
     torch = need("torch")
     assert "float32" in dlbridge.capabilities("toy", "1.0").imports
-    x = torch.tensor([1.0, -2.0], dtype=torch.bfloat16)  # no row says the toy holds bf16
+    x = torch.tensor([1.0, -2.0], dtype=torch.bfloat16, device="cpu")  # no row says the toy holds bf16
     with pytest.raises(dlbridge.UnsupportedDtypeError, match="bfloat16"):
         to_toy(x, fallback="raise")
     view = to_toy(x, fallback="view")  # the same bits as uint16, zero-copy

@@ -61,7 +61,8 @@ assert not numpy_adapter.registered_dtypes(), "registered before register_numpy_
 assert not set(kinds) & numpy_adapter.capabilities().imports
 registered = dlbridge.register_numpy_dtypes()
 after = rounds()
-native = [str(np.from_dlpack(jnp.zeros(2, k)).dtype) for k in kinds]  # NumPy itself imports them now
+cpu = jax.devices("cpu")[0]
+native = [str(np.from_dlpack(jax.device_put(jnp.zeros(2, k), cpu)).dtype) for k in kinds]  # NumPy itself imports them now
 print(json.dumps({"kinds": kinds, "registered": registered, "before": before, "after": after, "native": native,
                   "imports": sorted(set(kinds) & numpy_adapter.capabilities().imports)}))
 """

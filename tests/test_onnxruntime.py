@@ -8,7 +8,7 @@ import pytest
 
 import dlbridge
 from dlbridge._adapters._numpy import aligned_copy
-from tests._arrays import bits, reference, torch_bits
+from tests._arrays import bits, jax_cpu, reference, torch_bits
 from tests.conftest import caps_of, need, need_supported
 
 ort = need_supported("onnxruntime")
@@ -89,9 +89,9 @@ def test_numpy_both_ways_share_memory(dtype: str) -> None:
 
 
 def test_jax_both_ways() -> None:
-    jax = need("jax")
+    need("jax")
     ref = reference("float32", (4, 6))
-    src = jax.numpy.asarray(ref)
+    src = jax_cpu(ref)
     out = dlbridge.to_onnxruntime(src)
     assert out.data_type() == "tensor(float)"
     assert out.data_ptr() == src.unsafe_buffer_pointer()
@@ -104,14 +104,14 @@ def test_jax_both_ways() -> None:
 
 
 def test_writes_through_the_source_show_in_the_result() -> None:
-    src = torch.zeros(2, 3)
+    src = torch.zeros(2, 3, device="cpu")
     out = dlbridge.to_onnxruntime(src)
     src[1, 2] = 7.5
     assert out.numpy()[1, 2] == 7.5  # OrtValue.numpy() is a view of its own buffer
 
 
 def test_strided_sources_are_copied_densely_with_the_right_values() -> None:
-    base = torch.arange(12.0).reshape(3, 4)
+    base = torch.arange(12.0, device="cpu").reshape(3, 4)
     for src in (base.t(), base[:, ::2], base.flip(0)):
         out = dlbridge.to_onnxruntime(src)
         np.testing.assert_array_equal(out.numpy(), src.numpy())
@@ -121,15 +121,15 @@ def test_strided_sources_are_copied_densely_with_the_right_values() -> None:
 
 
 def test_zero_dim_and_empty() -> None:
-    scalar = torch.tensor(2.5)
+    scalar = torch.tensor(2.5, device="cpu")
     out = dlbridge.to_onnxruntime(scalar)
     assert out.shape() == [] and out.numpy() == 2.5 and out.data_ptr() == scalar.data_ptr()
-    empty = dlbridge.to_onnxruntime(torch.zeros(0, 3))
+    empty = dlbridge.to_onnxruntime(torch.zeros(0, 3, device="cpu"))
     assert empty.shape() == [0, 3]
 
 
 def test_complex_is_refused_and_view_shares_its_bits() -> None:
-    src = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    src = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64, device="cpu")
     with pytest.raises(dlbridge.UnsupportedDtypeError, match=r'onnxruntime cannot hold complex64.*fallback="view"'):
         dlbridge.to_onnxruntime(src)
     out = dlbridge.to_onnxruntime(src, fallback="view")
@@ -158,7 +158,7 @@ def test_copy_true_gives_new_memory_with_the_same_bits() -> None:
 
 
 def test_convert_names_and_inspect() -> None:
-    src = torch.ones(2, dtype=torch.bfloat16)
+    src = torch.ones(2, dtype=torch.bfloat16, device="cpu")
     assert dlbridge.convert(src, "ort").data_type() == "tensor(bfloat16)"
     assert dlbridge.convert(src, ort).data_type() == "tensor(bfloat16)"
     kind = "float8_e5m2" if "float8_e5m2" not in CAPS.cannot_export else "bfloat16"

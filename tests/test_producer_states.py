@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import dlbridge
+from tests._arrays import jax_cpu
 from tests.conftest import need, run_child
 
 torch = need("torch")
@@ -20,7 +21,7 @@ jnp = need("jax.numpy")
 
 
 def _conj() -> torch.Tensor:
-    return torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64).conj()
+    return torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64, device="cpu").conj()
 
 
 def _neg() -> torch.Tensor:
@@ -93,7 +94,7 @@ def test_guard_body_receives_lazy_tensors_with_their_values() -> None:
 
 
 def test_inspect_describes_the_memory_of_a_lazy_tensor() -> None:
-    for src in (_conj(), _neg(), torch.ones(3, requires_grad=True)):
+    for src in (_conj(), _neg(), torch.ones(3, requires_grad=True, device="cpu")):
         info = dlbridge.inspect(src)
         assert info.data_ptr == src.data_ptr() and info.shape == tuple(src.shape)
         assert info.dtype == str(src.dtype).removeprefix("torch.")
@@ -104,7 +105,7 @@ def test_inspect_describes_the_memory_of_a_lazy_tensor() -> None:
 
 @pytest.mark.parametrize("to", ["numpy", "jax"])
 def test_tensor_that_requires_grad_is_refused_naming_detach(to: str) -> None:
-    for src in (torch.ones(3, requires_grad=True), torch.nn.Parameter(torch.ones(3))):
+    for src in (torch.ones(3, requires_grad=True, device="cpu"), torch.nn.Parameter(torch.ones(3, device="cpu"))):
         for copy in (None, True, False):
             display = {"numpy": "NumPy", "jax": "JAX"}[to]  # the framework named as people write it
             match = rf"to_{to}\(\).*requires grad, and {display} cannot carry its autograd graph.*x\.detach\(\)"
@@ -115,7 +116,7 @@ def test_tensor_that_requires_grad_is_refused_naming_detach(to: str) -> None:
 
 
 def test_torch_to_torch_keeps_the_autograd_graph() -> None:
-    p = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    p = torch.nn.Parameter(torch.tensor([1.0, 2.0], device="cpu"))
     assert dlbridge.to_torch(p) is p  # nothing to change: the tensor itself, graph and all
     assert dlbridge.to_torch(p, copy=False) is p
     copied = dlbridge.to_torch(p, copy=True)
@@ -139,25 +140,25 @@ def test_torch_to_torch_keeps_the_autograd_graph() -> None:
 def _quantized() -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch 2.13 deprecates quantized creation functions
-        return torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8)
+        return torch.quantize_per_tensor(torch.ones(3, device="cpu"), 0.1, 0, torch.quint8)
 
 
 def _nested() -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "nested tensors are in prototype stage"
-        return torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+        return torch.nested.nested_tensor([torch.ones(2, device="cpu"), torch.ones(3, device="cpu")])
 
 
 def _csr() -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
-        return torch.eye(3).to_sparse_csr()
+        return torch.eye(3, device="cpu").to_sparse_csr()
 
 
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: torch.eye(3).to_sparse(), r"layout torch\.sparse_coo.*x\.to_dense\(\)"),
+        (lambda: torch.eye(3, device="cpu").to_sparse(), r"layout torch\.sparse_coo.*x\.to_dense\(\)"),
         (_csr, r"layout torch\.sparse_csr.*x\.to_dense\(\)"),
         (lambda: torch.empty(3, device="meta"), r"meta device .*no data"),
         (_quantized, r"quantized.*x\.dequantize\(\).*x\.int_repr\(\)"),
@@ -179,14 +180,14 @@ def test_torch_func_transform_values_name_the_transform() -> None:
             dlbridge.to_numpy(x)
         return x
 
-    torch.func.vmap(body)(torch.ones(2, 3))
+    torch.func.vmap(body)(torch.ones(2, 3, device="cpu"))
 
 
 def test_fake_tensor_is_refused_instead_of_a_null_pointer() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        fake = torch.ones(3)
+        fake = torch.ones(3, device="cpu")
     for to in ("numpy", "torch"):
         with pytest.raises(dlbridge.ProducerError, match=r"fake tensor.*torch\.compiler\.disable"):
             dlbridge.convert(fake, to)
@@ -203,12 +204,12 @@ def test_jax_tracer_inside_jit_names_pure_callback() -> None:
             caught.append(call)
         return y
 
-    f(jnp.ones(2))
+    f(jax_cpu(jnp.ones(2)))
     assert len(caught) == 3  # the body really ran under tracing
 
 
 def test_deleted_jax_array_says_it_was_deleted() -> None:
-    x = jnp.arange(3.0)
+    x = jax_cpu(jnp.arange(3.0))
     x.delete()
     for to in ("numpy", "torch"):
         with pytest.raises(dlbridge.ProducerError, match=r"JAX array \(float32\[3\]\) was deleted"):
@@ -342,11 +343,11 @@ def test_set_on_the_source_after_export_leaves_the_import_reading_live_memory() 
     would read freed memory. dlbridge exports a detached alias, which holds the storage."""
     torch = need("torch")
     np = need("numpy")
-    x = torch.arange(4096, dtype=torch.float32)
+    x = torch.arange(4096, dtype=torch.float32, device="cpu")
     out = dlbridge.to_numpy(x)
     assert out.ctypes.data == x.data_ptr()  # zero-copy
-    x.set_(torch.zeros(2))
+    x.set_(torch.zeros(2, device="cpu"))
     gc.collect()
     for _ in range(50):  # churn the allocator: freed memory would be reused and overwritten
-        torch.full((4096,), 7.0).sum()
+        torch.full((4096,), 7.0, device="cpu").sum()
     np.testing.assert_array_equal(out, np.arange(4096, dtype=np.float32))

@@ -127,7 +127,8 @@ def test_known_cells_with_torch(cpu_run):
     cell = _cell(data, "torch", "numpy", "bfloat16")
     assert cell["native"] == "error" and not cell["native_export_failed"]
     assert (cell["dlbridge"], cell["dlbridge_mode"], cell["zero_copy"]) == ("ok", "reinterpret", True)
-    assert "| torch:cpu → numpy |" in md and "✗ RuntimeError → ✓ reinterpret" in md
+    # NumPy's refusal: RuntimeError before NumPy 2.5, BufferError from 2.5 ("Unsupported dtype in DLTensor")
+    assert "| torch:cpu → numpy |" in md and re.search(r"✗ (RuntimeError|BufferError) → ✓ reinterpret", md)
 
 
 def test_jax_without_x64_narrows_int64_natively_and_dlbridge_refuses(cpu_run):

@@ -95,19 +95,21 @@ def test_device_memory_soak(cuda, steps: int) -> None:
         step(i)
     torch.cuda.synchronize()
     gc.collect()
-    torch_before, pool_before = torch.cuda.memory_allocated(), pool.used_bytes()
-    free_before = torch.cuda.mem_get_info()[0]
+    # This process's own memory only: what torch and CuPy hold (allocated, and reserved in their caches).
+    # The device's free memory (cudaMemGetInfo) is not: every process on the GPU moves it (1.2 GB during
+    # this loop in the H100 run of 2026-11-27, which passed alone, while this process held exactly as much
+    # as before).
+    before = (torch.cuda.memory_allocated(), pool.used_bytes(), torch.cuda.memory_reserved(), pool.total_bytes())
     for i in range(steps):
         step(i)
     torch.cuda.synchronize()
     gc.collect()
-    torch_after, pool_after = torch.cuda.memory_allocated(), pool.used_bytes()
-    free_after = torch.cuda.mem_get_info()[0]
+    after = (torch.cuda.memory_allocated(), pool.used_bytes(), torch.cuda.memory_reserved(), pool.total_bytes())
     print(
-        f"device soak: {steps * 2} conversions, torch allocated {torch_before} -> {torch_after} B, "
-        f"cupy pool used {pool_before} -> {pool_after} B, free {free_before >> 20} -> {free_after >> 20} MiB"
+        f"device soak: {steps * 2} conversions, torch allocated {before[0]} -> {after[0]} B, cupy pool used "
+        f"{before[1]} -> {after[1]} B, torch reserved {before[2]} -> {after[2]} B, cupy pool held {before[3]} -> {after[3]} B"
     )
     # One leaked capsule keeps a 1 MiB tensor alive: exact equality catches the first one.
-    assert torch_after == torch_before and pool_after == pool_before
-    total = torch.cuda.mem_get_info()[1]
-    assert abs(free_after - free_before) < total // 100
+    assert after[:2] == before[:2]
+    # The caches may keep a segment more than before (torch's allocator reserves 2 MiB segments), never one per step.
+    assert after[2] - before[2] <= 4 << 20 and after[3] - before[3] <= 4 << 20, (before, after)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import dlbridge
+from tests._arrays import jax_cpu
 from tests._robust_helpers import TO, data_ptr, np, torch
 from tests.conftest import caps_of, need, option_model_gap
 from tests.ctypes_producer import CtypesArray, live_exports
@@ -78,7 +79,9 @@ def strided_arrays(draw):
 def _bits(x) -> bytes:
     """C-order bytes of any CPU result (torch, JAX or NumPy), bf16/fp8 included."""
     if isinstance(x, torch.Tensor):  # a fresh dense copy: contiguous() keeps odd strides of size-1 dims
-        return torch.empty(x.shape, dtype=x.dtype).copy_(x).reshape(-1).view(torch.uint8).numpy().tobytes()
+        return (
+            torch.empty(x.shape, dtype=x.dtype, device="cpu").copy_(x).reshape(-1).view(torch.uint8).numpy().tobytes()
+        )
     return np.ascontiguousarray(np.asarray(x)).tobytes()
 
 
@@ -176,7 +179,7 @@ def _soak_step(i: int) -> None:
     t = dlbridge.to_torch(a)  # native, versioned capsule
     n = dlbridge.to_numpy(t.view(torch.bfloat16))  # reinterpret (uint16 -> ml_dtypes bf16)
     j = dlbridge.to_jax(a[::-1])  # layout copy through the producer
-    b11 = jnp.asarray(n[:4]).astype(jnp.float8_e4m3b11fnuz)
+    b11 = jax_cpu(n[:4]).astype(jnp.float8_e4m3b11fnuz)
     if "float8_e4m3b11fnuz" in caps_of("jax").cannot_export:  # JAX < 0.5.3: the same bits from NumPy
         b11 = np.array(b11)  # (np.asarray of a JAX array is read-only)
     v = dlbridge.to_torch(b11, fallback="view")  # remembered view
@@ -245,7 +248,7 @@ def _thread_work(k: int, stop: float, counts: list[int], errors: list[BaseExcept
 def test_threads_convert_concurrently(seconds: float) -> None:
     n = 8
     counts, errors, producers = [0] * n, list[BaseException](), list[CtypesArray]()
-    dlbridge.to_jax(torch.zeros(8, 8))  # compile once before the clock starts
+    dlbridge.to_jax(torch.zeros(8, 8, device="cpu"))  # compile once before the clock starts
     stop = time.perf_counter() + seconds
     threads = [threading.Thread(target=_thread_work, args=(k, stop, counts, errors, producers)) for k in range(n)]
     for th in threads:

@@ -26,7 +26,7 @@ import pytest
 
 import dlbridge
 from dlbridge._pipeline import _logical as _logical
-from tests._arrays import np_dtype
+from tests._arrays import jax_cpu, np_dtype, set_in_place
 from tests.conftest import need, option_model_gap
 
 np = need("numpy")
@@ -119,7 +119,7 @@ def make(fw: str, dtype: str, n: int, seed: int, offset: int) -> Any:
             return base[offset:]
         return base.view(getattr(torch, dtype))[offset:]
     arr = raw.view(np_dtype(dtype))[offset:]
-    return arr if fw == "numpy" else jnp.asarray(arr)
+    return arr if fw == "numpy" else jax_cpu(arr)
 
 
 class ViewOwnership(stateful.RuleBasedStateMachine):
@@ -207,7 +207,7 @@ class ViewOwnership(stateful.RuleBasedStateMachine):
             same = [o.obj for o in self.pool if isinstance(o.obj, torch.Tensor) and o.obj.dtype == x.dtype]
             other = same[j % len(same)]
             if other is x:
-                other = torch.full((4 * x.element_size(),), 0x41, dtype=torch.uint8).view(x.dtype)
+                other = torch.full((4 * x.element_size(),), 0x41, dtype=torch.uint8, device="cpu").view(x.dtype)
             # Arrays imported from x hold x's TensorImpl, not its storage: without this, set_ frees
             # memory they still use (torch 2.13, native torch.from_dlpack alike).
             self.keep.append(x.detach())
@@ -215,7 +215,7 @@ class ViewOwnership(stateful.RuleBasedStateMachine):
         else:
             if not x.flags.c_contiguous or x.size % 2:
                 return
-            x.shape = (2, x.size // 2)
+            set_in_place(x, shape=(2, x.size // 2))
         if memory(x) != before:  # a view whose memory is unchanged (set_ onto an alias) stays one
             self.pool.remove(h)
             self.add(Held(x, own_dtype(x), False, f"({h.note}) changed in place"))
@@ -228,7 +228,9 @@ class ViewOwnership(stateful.RuleBasedStateMachine):
         if collect:
             gc.collect(0)  # the youngest generation only: a full collection costs ~0.5 s here
         self.add(Held(np.full(n, 0x41, np.uint8), "uint8", False, f"fresh numpy uint8[{n}]"))
-        self.add(Held(torch.full((n,), 0x41, dtype=torch.uint8), "uint8", False, f"fresh torch uint8[{n}]"))
+        self.add(
+            Held(torch.full((n,), 0x41, dtype=torch.uint8, device="cpu"), "uint8", False, f"fresh torch uint8[{n}]")
+        )
 
     @stateful.precondition(lambda self: any(framework(h.obj) != "jax" for h in self.pool))
     @stateful.rule(i=st.integers(0, 99), to=st.sampled_from(FRAMEWORKS))

@@ -202,7 +202,9 @@ def make(src: Source | ViewSource) -> Any:
         if src.dtype in ("complex32", "float4_e2m1fn_x2"):  # torch dtypes NumPy has no counterpart of
             torch = need("torch")
             shape = SHAPES[src.layout]
-            bits = (torch.arange(max(prod(shape), 1) * 4, dtype=torch.int64) % 251).to(torch.uint8)[: prod(shape) * 4]
+            bits = (torch.arange(max(prod(shape), 1) * 4, dtype=torch.int64, device="cpu") % 251).to(torch.uint8)[
+                : prod(shape) * 4
+            ]
             wide = bits.view(torch.uint32) if src.dtype == "complex32" else bits[: prod(shape)]
             base = wide.view(getattr(torch, src.dtype)).reshape(shape)
             base = {"transposed": lambda t: t.T, "sliced": lambda t: t[1:, 2:]}.get(src.layout, lambda t: t)(base)

@@ -30,6 +30,7 @@ from dlbridge import _accelerator
 from dlbridge._pipeline._handoff import Admission, Handoff
 from dlbridge._route import _records as _route_records
 from dlbridge._route import _replay as _route
+from tests._arrays import jax_cpu
 from tests.conftest import need
 
 pytestmark = pytest.mark.isolated
@@ -46,9 +47,9 @@ def _relearn() -> None:
     _count[0] += 1
     name = f"_dlbridge_reentry_{_count[0]}"
     sys.modules[name] = types.ModuleType(name)
-    t = torch.arange(4, dtype=torch.float32)
+    t = torch.arange(4, dtype=torch.float32, device="cpu")
     n = np.arange(4, dtype=np.float32)
-    j = jax.numpy.arange(4, dtype=jax.numpy.float32)
+    j = jax_cpu(jax.numpy.arange(4, dtype=jax.numpy.float32))
     for x in (t, n, j):
         for to in ("numpy", "torch", "jax"):
             dlbridge.convert(x, to, copy=True)
@@ -95,7 +96,7 @@ def _warm(call: Callable[[], Any]) -> None:
 
 
 def _conj(torch: Any) -> Any:
-    return (torch.arange(1, 7, dtype=torch.float32) * (1 + 2j)).to(torch.complex64).conj()
+    return (torch.arange(1, 7, dtype=torch.float32, device="cpu") * (1 + 2j)).to(torch.complex64).conj()
 
 
 def _expected_conj() -> np.ndarray:
@@ -133,7 +134,7 @@ def test_torch_function_mode_reenters(to: str, every: bool) -> None:
     need("jax")
     convert = getattr(dlbridge, f"to_{to}")
     x = _conj(torch)
-    _warm(lambda: convert(torch.arange(6, dtype=torch.float32).to(torch.complex64)))
+    _warm(lambda: convert(torch.arange(6, dtype=torch.float32, device="cpu").to(torch.complex64)))
     for _ in range(3):
         with _mode(torch, every) as mode:
             out = convert(x)
@@ -143,10 +144,10 @@ def test_torch_function_mode_reenters(to: str, every: bool) -> None:
 
 def test_torch_function_mode_keeps_the_negative_bit_and_autograd() -> None:
     torch = need("torch")
-    neg = (torch.arange(1, 7, dtype=torch.float32) * (1 + 2j)).to(torch.complex64).conj().imag
+    neg = (torch.arange(1, 7, dtype=torch.float32, device="cpu") * (1 + 2j)).to(torch.complex64).conj().imag
     assert neg.is_neg()
-    grad = torch.arange(4, dtype=torch.float32).requires_grad_()
-    _warm(lambda: dlbridge.to_numpy(torch.arange(6, dtype=torch.float32)))
+    grad = torch.arange(4, dtype=torch.float32, device="cpu").requires_grad_()
+    _warm(lambda: dlbridge.to_numpy(torch.arange(6, dtype=torch.float32, device="cpu")))
     with _mode(torch, every=True):
         out = dlbridge.to_numpy(neg)
         with pytest.raises(dlbridge.ProducerError, match="detach"):
@@ -164,14 +165,15 @@ _POINTS = {"__dlpack__", "capabilities", "from_dlpack", "_from_dlpack", "get_def
 @pytest.mark.parametrize("source", ["torch", "jax", "numpy"])
 @pytest.mark.parametrize("to", ["numpy", "torch", "jax"])
 def test_python_callbacks_reenter(source: str, to: str) -> None:
-    torch, jax = need("torch"), need("jax")
+    torch = need("torch")
+    need("jax")
     convert = getattr(dlbridge, f"to_{to}")
     if source == "jax" and to == "torch":  # JAX arrays are read-only: shared as readonly="drop" asks
         convert = partial(convert, readonly="drop")
     values = np.arange(1, 7, dtype=np.float32)
     make = {
         "torch": lambda: torch.from_numpy(values.copy()),
-        "jax": lambda: jax.numpy.asarray(values),
+        "jax": lambda: jax_cpu(values),
         "numpy": lambda: values.copy(),
     }[source]
     _warm(lambda: convert(make()))
@@ -192,9 +194,9 @@ def test_a_decision_made_while_reentered() -> None:
     """The first call of a (consumer, dtype) pair asks _decide_into() (Python) in the middle of the call."""
     torch = need("torch")
     need("jax")
-    _warm(lambda: dlbridge.to_jax(torch.arange(3, dtype=torch.float32)))
+    _warm(lambda: dlbridge.to_jax(torch.arange(3, dtype=torch.float32, device="cpu")))
     with _reentering_at({"_decide_into"}) as hit:
-        out = dlbridge.to_jax(torch.arange(3, dtype=torch.int16))
+        out = dlbridge.to_jax(torch.arange(3, dtype=torch.int16, device="cpu"))
     assert hit == ["_decide_into"]
     np.testing.assert_array_equal(np.asarray(out), np.arange(3, dtype=np.int16))
 
@@ -208,7 +210,7 @@ def test_threads_relearning_while_converting(to: str) -> None:
     need("jax")
     convert = getattr(dlbridge, f"to_{to}")
     x = _conj(torch)
-    plain = torch.arange(6, dtype=torch.float32).to(torch.complex64)
+    plain = torch.arange(6, dtype=torch.float32, device="cpu").to(torch.complex64)
     _warm(lambda: convert(plain))
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -241,7 +243,7 @@ def test_the_route_is_in_use() -> None:
     torch = need("torch")
     from tests._route_helpers import counting_declines
 
-    t = torch.arange(6, dtype=torch.float32)
+    t = torch.arange(6, dtype=torch.float32, device="cpu")
     dlbridge.to_torch(t)
     with counting_declines() as counts:
         for _ in range(5):
@@ -300,9 +302,13 @@ def test_interrupts_in_the_middle_propagate(where: str, err: BaseException) -> N
     (JAX) or in a capability check propagates: never cleared and retried by the pipeline."""
     torch, jax = need("torch"), need("jax")
     source, to, names = {
-        "import": (lambda: torch.arange(4, dtype=torch.float32), dlbridge.to_jax, {"from_dlpack", "_from_dlpack"}),
-        "export": (lambda: jax.numpy.arange(4, dtype=jax.numpy.float32), dlbridge.to_numpy, {"__dlpack__"}),
-        "capabilities": (lambda: torch.arange(4, dtype=torch.float32), dlbridge.to_jax, _switch_functions(jax)),
+        "import": (
+            lambda: torch.arange(4, dtype=torch.float32, device="cpu"),
+            dlbridge.to_jax,
+            {"from_dlpack", "_from_dlpack"},
+        ),
+        "export": (lambda: jax_cpu(jax.numpy.arange(4, dtype=jax.numpy.float32)), dlbridge.to_numpy, {"__dlpack__"}),
+        "capabilities": (lambda: torch.arange(4, dtype=torch.float32, device="cpu"), dlbridge.to_jax, _switch_functions(jax)),
     }[where]
     x = source()
     _warm(lambda: to(x))
@@ -326,7 +332,7 @@ def test_interrupts_in_a_torch_guard_propagate(err: BaseException) -> None:
                 raise err
             return func(*args, **(kwargs or {}))
 
-    t = torch.arange(4, dtype=torch.float32)
+    t = torch.arange(4, dtype=torch.float32, device="cpu")
     _warm(lambda: dlbridge.to_numpy(t))
     for _ in range(20):
         with Interrupt() as mode, pytest.raises(type(err)):
@@ -339,7 +345,7 @@ def test_an_ordinary_error_in_the_middle_goes_to_the_pipeline() -> None:
     pipeline's own import succeeds, so the caller gets the result)."""
     torch = need("torch")
     need("jax")
-    t = torch.arange(4, dtype=torch.float32)
+    t = torch.arange(4, dtype=torch.float32, device="cpu")
     _warm(lambda: dlbridge.to_jax(t))
     with _Raise({"from_dlpack", "_from_dlpack"}, RuntimeError("transient")) as raising:
         out = dlbridge.to_jax(t)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 import dlbridge
+from tests._arrays import jax_cpu
 from tests.conftest import need
 
 jax = need("jax")
@@ -123,7 +124,7 @@ def test_converting_a_sharded_array_whole_is_refused_naming_shards_and_a_gathere
     import jax.numpy as jnp
 
     x = _case("1d_f32")
-    plain = jnp.arange(4, dtype=jnp.float32)
+    plain = jax_cpu(jnp.arange(4, dtype=jnp.float32))
     dlbridge.to_torch(plain), dlbridge.to_torch(plain)  # the fast route has learnt ArrayImpl float32 -> torch
     r = {
         "to_torch": _err(lambda: dlbridge.to_torch(x)),
@@ -209,7 +210,7 @@ def test_from_shards_takes_the_global_shape(path: str) -> None:
 
 def test_a_single_device_array_is_one_shard_covering_it() -> None:
     jnp = need("jax.numpy")
-    x = jnp.arange(6, dtype=jnp.float32).reshape(2, 3)
+    x = jax_cpu(jnp.arange(6, dtype=jnp.float32)).reshape(2, 3)
     parts = dlbridge.shards(x, "torch")
     assert len(parts) == 1
     ((index, t),) = parts
@@ -222,7 +223,7 @@ def test_a_single_device_array_is_one_shard_covering_it() -> None:
 
 def test_shards_passes_the_conversion_options() -> None:
     jnp = need("jax.numpy")
-    x = jnp.arange(4, dtype=jnp.float32)
+    x = jax_cpu(jnp.arange(4, dtype=jnp.float32))
     ((_, t),) = dlbridge.shards(x, "torch", copy=True)
     assert t.data_ptr() != x.unsafe_buffer_pointer() and t.tolist() == [0.0, 1.0, 2.0, 3.0]
     ((_, u),) = dlbridge.shards(x, "numpy", dtype="int32")
@@ -231,7 +232,7 @@ def test_shards_passes_the_conversion_options() -> None:
         dlbridge.shards(x, "nope")
 
 
-@pytest.mark.parametrize("other", [lambda: np.zeros(3), lambda: torch.zeros(3), lambda: [1.0, 2.0]])
+@pytest.mark.parametrize("other", [lambda: np.zeros(3), lambda: torch.zeros(3, device="cpu"), lambda: [1.0, 2.0]])
 def test_shards_takes_only_jax_arrays(other) -> None:
     with pytest.raises(dlbridge.NotAnArrayError, match=r"takes a jax.Array .* dlbridge.convert\(x, to\)"):
         dlbridge.shards(other(), "torch")
@@ -248,9 +249,9 @@ def test_shards_of_a_tracer_or_deleted_array_names_the_state() -> None:
         seen.append(str(info.value))
         return a
 
-    f(jnp.ones(2))
+    f(jax_cpu(jnp.ones(2)))
     assert seen and "tracer" in seen[0]
-    d = jnp.ones(2)
+    d = jax_cpu(jnp.ones(2))
     d.delete()
     with pytest.raises(dlbridge.ProducerError, match="was deleted"):
         dlbridge.shards(d, "torch")
@@ -269,7 +270,7 @@ def test_readme_example_runs_as_written() -> None:
 
 def test_a_zero_dimensional_array_round_trips() -> None:
     jnp = need("jax.numpy")
-    x = jnp.float32(2.5)
+    x = jax_cpu(jnp.float32(2.5))
     ((index, t),) = dlbridge.shards(x, "torch")
     assert index == () and t.shape == () and t.item() == 2.5
     back = dlbridge.from_shards([(index, t)], x.sharding)

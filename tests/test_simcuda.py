@@ -14,6 +14,7 @@ import pytest
 
 import dlbridge
 from dlbridge._errors import DLBridgeError, UnsupportedDtypeError
+from tests._arrays import jax_cpu
 from tests.conftest import run_child
 from tests.simcuda import SimulatedCrash
 from tests.simcuda.harness import Sim, modelled_stack
@@ -32,7 +33,7 @@ def sim(monkeypatch: pytest.MonkeyPatch):
 
 
 def _floats(n: int = 6):
-    return torch.arange(n, dtype=torch.float32)
+    return torch.arange(n, dtype=torch.float32, device="cpu")
 
 
 # --- the stand-ins themselves (upstream behaviour, no dlbridge) ------------------------------------
@@ -40,7 +41,7 @@ def _floats(n: int = 6):
 
 def test_stand_ins_reproduce_upstream(sim):
     sim.torch()
-    bf16 = sim.cuda_tensor(torch.ones(3, dtype=torch.bfloat16))
+    bf16 = sim.cuda_tensor(torch.ones(3, dtype=torch.bfloat16, device="cpu"))
     cp13 = sim.cupy("13.3.0")
     with pytest.raises(SimulatedCrash):
         cp13.from_dlpack(bf16)  # CuPy 13.3: the double free (cupy#8801)
@@ -64,12 +65,12 @@ def test_stand_ins_reproduce_upstream(sim):
 @pytest.mark.parametrize("producer", ["torch", "jax"])
 def test_cupy133_never_crashes(sim, producer, dtype):
     sim.cupy("13.3.0")
-    ref = torch.arange(6, dtype=torch.float32).to(getattr(torch, dtype))
+    ref = torch.arange(6, dtype=torch.float32, device="cpu").to(getattr(torch, dtype))
     if producer == "torch":
         x = sim.cuda_tensor(ref)
     else:
         gpu = sim.jax()
-        x = gpu.claim(jnp.asarray(ref.float().numpy()).astype(dtype))
+        x = gpu.claim(jax_cpu(ref.float().numpy()).astype(dtype))
     for fallback in ("raise", "view", "upcast"):
         try:
             out = dlbridge.to_cupy(x, fallback=fallback)
@@ -123,7 +124,7 @@ def test_one_export_per_cuda_conversion(sim, producer, target):
     if producer == "torch":
         x = sim.cuda_tensor(_floats())
     elif producer == "jax":
-        x = gpu.claim(jnp.arange(6, dtype=jnp.float32))
+        x = gpu.claim(jax_cpu(jnp.arange(6, dtype=jnp.float32)))
     else:
         x = cp.asarray(np.arange(6, dtype=np.float32))
     for _ in range(3):  # the first conversion teaches the fast route the type; later ones replay it

@@ -71,7 +71,7 @@ def _source(sim: Sim, producer: str, ref, device: int = 0):
         assert type(x) is sim.cp.ndarray
         return x, x.data.ptr
     gpu = sim.gpu or sim.jax()
-    x = gpu.claim(jnp.asarray(values), gpu.devices[device])
+    x = gpu.claim(jax.device_put(values, jax.devices("cpu")[0]), gpu.devices[device])
     assert type(x).__name__ == "ArrayImpl"
     return x, x.unsafe_buffer_pointer()
 
@@ -104,7 +104,7 @@ PAIRS = [("torch", "cupy"), ("cupy", "torch"), ("jax", "torch"), ("jax", "cupy")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "bool"])
 @pytest.mark.parametrize("producer,target", PAIRS)
 def test_warm_gpu_conversions_replay_with_one_export(sim, pipeline, producer, target, dtype):
-    ref = torch.arange(6).to(getattr(torch, dtype))
+    ref = torch.arange(6, device="cpu").to(getattr(torch, dtype))
     x, ptr = _source(sim, producer, ref)
     to = getattr(dlbridge, f"to_{target}")
     to(x)  # the pipeline converts it and the route learns x's type
@@ -122,7 +122,7 @@ def test_warm_gpu_conversions_replay_with_one_export(sim, pipeline, producer, ta
 
 
 def test_the_producer_is_handed_the_stream_of_the_arrays_device(sim, pipeline):
-    x, ptr = _source(sim, "torch", torch.arange(4.0), device=1)  # cuda:1 while cuda:0 is current
+    x, ptr = _source(sim, "torch", torch.arange(4.0, device="cpu"), device=1)  # cuda:1 while cuda:0 is current
     dlbridge.to_cupy(x)
     _use_stream(sim, "cupy", device=1)
     sim.log.clear()
@@ -145,7 +145,7 @@ def test_the_producer_is_handed_the_stream_of_the_arrays_device(sim, pipeline):
 
 def test_bfloat16_to_cupy_13_3_is_exported_once_and_never_crashes(sim, pipeline):
     cp = sim.cupy("13.3.0")  # crashes on a bfloat16 capsule (SimulatedCrash, a BaseException)
-    x = exact.cuda_tensor(torch.arange(6, dtype=torch.float32).to(torch.bfloat16))
+    x = exact.cuda_tensor(torch.arange(6, dtype=torch.float32, device="cpu").to(torch.bfloat16))
     for _ in range(3):
         sim.log.clear()
         with pytest.raises(DLBridgeError):
@@ -162,11 +162,11 @@ def test_bfloat16_to_cupy_13_3_is_exported_once_and_never_crashes(sim, pipeline)
 
 @pytest.mark.parametrize("state", ["requires_grad", "strided"])
 def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipeline, state):
-    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    base = torch.arange(12, dtype=torch.float32, device="cpu").reshape(3, 4)
     x = exact.cuda_tensor(base.t() if state == "strided" else base)
     if state == "requires_grad":
         x.requires_grad_(True)
-    dlbridge.to_cupy(exact.cuda_tensor(torch.arange(4.0)))  # the route learns torch.Tensor and CuPy's state
+    dlbridge.to_cupy(exact.cuda_tensor(torch.arange(4.0, device="cpu")))  # the route learns torch.Tensor and CuPy's state
     for _ in range(3):
         sim.log.clear()
         pipeline.calls = 0
@@ -196,7 +196,7 @@ def test_managed_memory_into_torch_is_handed_torchs_stream(sim, pipeline, versio
 
 def test_jax_as_consumer_is_replayed_with_jaxs_own_stream(sim, pipeline):
     sim.jax()
-    x, ptr = _source(sim, "torch", torch.arange(6.0))
+    x, ptr = _source(sim, "torch", torch.arange(6.0, device="cpu"))
     dlbridge.to_jax(x)  # the pipeline converts it and the route learns
     for _ in range(3):
         sim.log.clear()
@@ -216,3 +216,37 @@ def test_cpu_arrays_still_take_the_cpu_route(sim, pipeline):
     pipeline.calls = 0
     out = dlbridge.to_torch(a)
     assert pipeline.calls == 0 and out.data_ptr() == a.ctypes.data
+
+
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_cpu_jax_arrays_take_the_cpu_route_where_jax_has_a_gpu(sim, pipeline, target):
+    """The route is decided per array's device: with a GPU backend in JAX, its CPU arrays still replay
+    warm without the pipeline (zero-copy), and its GPU arrays of the same type are declined by the CPU
+    half before any export (one export, the GPU half's)."""
+    from dlbridge._adapters import ADAPTERS
+    from tests.conftest import caps_of
+
+    if target == "numpy" and caps_of("numpy").readonly_imports:
+        pytest.skip("NumPy < 2.2 imports read-only: the pipeline makes every result writable, GPU or not")
+    gpu = sim.jax()
+    assert ADAPTERS["jax"].has_cuda()
+    x = jax.device_put(np.arange(6, dtype=np.float32), jax.devices("cpu")[0])
+    to = getattr(dlbridge, f"to_{target}")
+    to(x)  # the pipeline converts it and the route learns JAX's array type
+    for _ in range(3):
+        pipeline.calls = 0
+        out = to(x)
+        assert pipeline.calls == 0, "a CPU JAX array took the pipeline"
+        ptr = out.data_ptr() if target == "torch" else out.ctypes.data
+        assert ptr == x.unsafe_buffer_pointer() and np.asarray(out).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    if target == "torch":
+        g, gptr = _source(sim, "jax", torch.arange(6.0, device="cpu"))
+        assert g.device is gpu.devices[0]
+        to(g)
+        _use_stream(sim, "torch")
+        sim.log.clear()
+        pipeline.calls = 0
+        out = to(g)
+        assert pipeline.calls == 0 and sim.log.exports("jax") == 1, sim.log  # the GPU half's export only
+        assert sim.log.streams_handed("jax") == [STREAM], sim.log
+        assert out.data_ptr() == gptr and out.device == torch.device("cuda", 0)

@@ -71,7 +71,7 @@ def test_host_memory_takes_no_stream(device: tuple[int, int]) -> None:
 
 def test_torch_exchange_api_stream_query():
     # torch >= 2.10's DLPackExchangeAPI.current_work_stream, called as the route's GPU half calls it:
-    # on this CPU-only build the CPU has no stream (NULL) and CUDA answers NULL too (no CUDA runtime).
+    # the CPU has no stream (NULL); a CPU-only build answers NULL for CUDA too (no CUDA runtime).
     torch = need("torch")
     from dlbridge._capsule._exchange import current_work_stream, is_exchange_api
 
@@ -79,8 +79,15 @@ def test_torch_exchange_api_stream_query():
     if not is_exchange_api(api):
         pytest.skip(f"torch {torch.__version__} has no DLPack C exchange API")
     assert current_work_stream(api, (1, 0)) == 0
-    if not torch.cuda.is_available():
+    if torch.version.cuda is None:  # a CPU-only build: no CUDA runtime, NULL
         assert current_work_stream(api, (2, 0)) == 0
+    elif not torch.cuda.is_available():  # a CUDA build without a usable GPU: torch's CUDA error, as a Python one
+        try:
+            found = current_work_stream(api, (2, 0))
+        except RuntimeError as err:  # e.g. "CUDA driver version is insufficient for CUDA runtime version"
+            assert "CUDA" in str(err)
+        else:
+            assert found == 0
     else:
         stream = torch.cuda.Stream()
         with torch.cuda.stream(stream):

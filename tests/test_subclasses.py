@@ -26,7 +26,7 @@ class UserArray(np.ndarray):
 
 
 def test_torch_subclass_defined_in_user_code_converts_zero_copy() -> None:
-    t = torch.arange(6, dtype=torch.bfloat16).as_subclass(UserTensor)
+    t = torch.arange(6, dtype=torch.bfloat16, device="cpu").as_subclass(UserTensor)
     assert type(t).__module__ == __name__  # not under torch.*: found by its class hierarchy
     assert _adapters.adapter_for(t) is _adapters.ADAPTERS["torch"]
     out = dlbridge.to_numpy(t)
@@ -37,7 +37,7 @@ def test_torch_subclass_defined_in_user_code_converts_zero_copy() -> None:
 
 
 def test_requires_grad_subclass_is_refused_like_its_base() -> None:
-    t = torch.ones(3).as_subclass(UserTensor).requires_grad_()
+    t = torch.ones(3, device="cpu").as_subclass(UserTensor).requires_grad_()
     with pytest.raises(dlbridge.ProducerError, match=r"requires grad.*x\.detach\(\)"):
         dlbridge.to_numpy(t)
     out = dlbridge.to_numpy(t.detach())

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import dlbridge
-from tests._arrays import apply_layout, base_shape, bits, layout_of, reference, torch_from
+from tests._arrays import apply_layout, base_shape, bits, jax_cpu, layout_of, reference, torch_from
 from tests.conftest import need, run_child
 
 HAVE = {m: importlib.util.find_spec(m) is not None for m in ("paddle", "tensorflow")}
@@ -57,9 +57,7 @@ def make_source(framework: str, dtype: str, layout: str) -> tuple[Any, np.ndarra
     if framework == "torch":
         return apply_layout(torch_from(full), layout), expected
     if framework == "jax":
-        import jax.numpy as jnp
-
-        return jnp.asarray(expected), expected  # JAX cannot make strided views
+        return jax_cpu(expected), expected  # JAX cannot make strided views
     if framework == "tensorflow":
         import tensorflow as tf
 
@@ -236,7 +234,7 @@ def test_float8_paddle_cannot_hold_goes_by_fallback() -> None:
     """e4m3fnuz: paddle has no such dtype; view = zero-copy uint8, upcast = equal float32 values."""
     torch = need("torch")
     need("paddle")
-    src = torch.tensor([1.0, -2.0, 0.5]).to(torch.float8_e4m3fnuz)
+    src = torch.tensor([1.0, -2.0, 0.5], device="cpu").to(torch.float8_e4m3fnuz)
     with pytest.raises(dlbridge.UnsupportedDtypeError, match=r'paddle cannot hold float8_e4m3fnuz.*fallback="view"'):
         dlbridge.to_paddle(src)
     view = dlbridge.to_paddle(src, fallback="view")

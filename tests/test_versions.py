@@ -11,6 +11,7 @@ import pytest
 
 import dlbridge
 from dlbridge._capabilities import capabilities, satisfied
+from tests._arrays import jax_cpu
 from tests.conftest import need, run_child
 
 
@@ -62,7 +63,7 @@ def test_rows_at_their_boundaries() -> None:
 def test_to_numpy_of_new_fp8_kinds_reinterprets_or_refuses_cleanly() -> None:
     torch = need("torch")
     need("ml_dtypes")
-    t = torch.full((3,), 2.0).to(torch.float8_e8m0fnu)
+    t = torch.full((3,), 2.0, device="cpu").to(torch.float8_e8m0fnu)
     bits = t.view(torch.uint8).numpy().copy()
     if "float8_e8m0fnu" in _caps("numpy").holds:
         a = dlbridge.to_numpy(t)
@@ -84,7 +85,7 @@ def test_to_numpy_of_new_fp8_kinds_reinterprets_or_refuses_cleanly() -> None:
 
 def test_to_numpy_of_writable_memory_is_writable_and_shared_on_every_numpy() -> None:
     torch = need("torch")
-    t = torch.arange(6.0).reshape(2, 3)
+    t = torch.arange(6.0, device="cpu").reshape(2, 3)
     a = dlbridge.to_numpy(t)
     assert a.flags.writeable and a.ctypes.data == t.data_ptr()
     a[0, 0] = 42.0
@@ -95,7 +96,7 @@ def test_to_numpy_of_writable_memory_is_writable_and_shared_on_every_numpy() -> 
 
 def test_to_numpy_of_a_jax_array_is_read_only_on_every_numpy() -> None:
     jnp = need("jax.numpy")
-    x = jnp.arange(4.0)
+    x = jax_cpu(jnp.arange(4.0))
     a = dlbridge.to_numpy(x)  # JAX arrays are immutable; their legacy capsules cannot say so
     assert not a.flags.writeable and a.ctypes.data == x.unsafe_buffer_pointer()
 
@@ -114,9 +115,9 @@ def test_to_numpy_of_a_read_only_array_stays_read_only() -> None:
 
 def _transposed_sources():
     torch = need("torch")
-    yield "torch .t()", torch.arange(6.0).reshape(2, 3).t()
+    yield "torch .t()", torch.arange(6.0, device="cpu").reshape(2, 3).t()
     yield "numpy .T", np.arange(6.0, dtype=np.float32).reshape(2, 3).T
-    yield "torch (4, 1) with strides (1, 4)", torch.arange(4.0).reshape(1, 4).t()
+    yield "torch (4, 1) with strides (1, 4)", torch.arange(4.0, device="cpu").reshape(1, 4).t()
 
 
 def test_transposed_sources_reach_jax_with_right_values_on_every_jax() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 import dlbridge
 from dlbridge._pipeline import _logical as _logical
-from tests._arrays import np_dtype
+from tests._arrays import np_dtype, set_in_place
 from tests.conftest import caps_of, need
 from tests.ctypes_producer import CtypesArray
 
@@ -32,7 +32,11 @@ FP4 = "float4_e2m1fn_x2"  # torch's packed float4: NumPy and JAX cannot hold it
 def _fp4(n: int = 8, fill: int | None = None) -> torch.Tensor:
     if not hasattr(torch, FP4):
         pytest.skip("this torch has no float4_e2m1fn_x2")
-    raw = torch.arange(n, dtype=torch.uint8) * 17 if fill is None else torch.full((n,), fill, dtype=torch.uint8)
+    raw = (
+        torch.arange(n, dtype=torch.uint8, device="cpu") * 17
+        if fill is None
+        else torch.full((n,), fill, dtype=torch.uint8, device="cpu")
+    )
     return raw.view(torch.float4_e2m1fn_x2)
 
 
@@ -93,7 +97,7 @@ def test_consumer_copy_leaves_the_source_memory_unlabelled() -> None:
 def test_view_after_set_is_a_plain_array_and_its_old_memory_too() -> None:
     src = _b11_numpy()
     v = dlbridge.to_torch(src, fallback="view")
-    other = torch.full((4,), 0x41, dtype=torch.uint8)
+    other = torch.full((4,), 0x41, dtype=torch.uint8, device="cpu")
     v.set_(other)
     out = dlbridge.to_numpy(v)
     assert out.dtype == np.uint8 and out.ctypes.data == other.data_ptr() and out.tolist() == [0x41] * 4
@@ -108,11 +112,11 @@ def test_numpy_view_changed_in_place_is_a_plain_array(change: str) -> None:
     v = dlbridge.to_numpy(t, fallback="view")
     assert v.dtype == np.uint8 and v.ctypes.data == t.data_ptr()
     if change == "shape":
-        v.shape = (2, 4)
+        set_in_place(v, shape=(2, 4))
         out = dlbridge.to_torch(v)
         assert out.dtype == torch.uint8 and out.shape == (2, 4)
     else:
-        v.dtype = np.int8
+        set_in_place(v, dtype=np.int8)
         out = dlbridge.to_torch(v)
         assert out.dtype == torch.int8
     assert out.data_ptr() == t.data_ptr()
@@ -235,3 +239,25 @@ def test_a_guard_bodys_result_gets_the_views_dtype_from_the_guard_not_from_memor
     assert r.dtype == np.uint8 and r.ctypes.data == src.data_ptr() + 1
     plain = dlbridge.to_torch(r)
     assert plain.dtype == torch.uint8 and plain.data_ptr() == src.data_ptr() + 1
+
+
+def test_a_view_alive_at_interpreter_exit_leaves_no_message() -> None:
+    """A view that dies at interpreter exit, after dlbridge's modules had their globals cleared to None
+    (it lives on a module that is torn down later: one imported before dlbridge), forgets its record
+    quietly: nothing printed at exit, exit status 0."""
+    from tests.conftest import run_child
+
+    proc = run_child(
+        """
+        import collections  # imported before dlbridge: torn down after it at exit
+        import numpy as np, ml_dtypes, torch, dlbridge
+        from dlbridge._pipeline import _logical as _logical
+        g = (np.arange(8, dtype=np.uint8) * 7).view(ml_dtypes.float8_e4m3b11fnuz)
+        collections.view = dlbridge.to_torch(g, fallback="view")
+        assert collections.view.dtype == torch.uint8 and collections.view.data_ptr() == g.ctypes.data
+        assert len(_logical._entries) == 1
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+    assert proc.stderr == "", proc.stderr

@@ -9,7 +9,7 @@ import pytest
 
 import dlbridge
 from dlbridge._adapters._numpy import aligned_copy
-from tests._arrays import bits, reference, torch_bits
+from tests._arrays import bits, jax_cpu, reference, torch_bits
 from tests.conftest import need, run_child
 from tests.ctypes_producer import CtypesArray
 
@@ -71,9 +71,9 @@ def test_numpy_both_ways_share_memory(dtype: str) -> None:
 
 
 def test_jax_both_ways() -> None:
-    jax = need("jax")
+    need("jax")
     ref = reference("float32", (4, 6))
-    src = jax.numpy.asarray(ref)
+    src = jax_cpu(ref)
     out = dlbridge.to_warp(src)
     assert out.ptr == src.unsafe_buffer_pointer()
     np.testing.assert_array_equal(out.numpy(), ref)
@@ -97,7 +97,7 @@ def test_vector_dtypes_arrive_with_a_trailing_dimension() -> None:
 
 
 def test_strided_layouts_are_shared_both_ways() -> None:
-    base = torch.arange(12.0).reshape(3, 4)
+    base = torch.arange(12.0, device="cpu").reshape(3, 4)
     for src in (base.t(), base[:, ::2], base.flip(0)):  # transposed, sliced, negative strides
         out = dlbridge.to_warp(src)
         assert out.ptr == src.data_ptr()
@@ -127,9 +127,9 @@ def test_byte_offset_is_honoured() -> None:
 
 def test_dimensions_warp_cannot_hold_are_refused() -> None:
     with pytest.raises(dlbridge.CapsuleError, match=r"1 to 4 dimensions, this one has 0; pass x\.reshape\(1\)"):
-        dlbridge.to_warp(torch.tensor(3.0))
+        dlbridge.to_warp(torch.tensor(3.0, device="cpu"))
     with pytest.raises(dlbridge.CapsuleError, match="this one has 5"):
-        dlbridge.to_warp(torch.zeros(1, 1, 1, 1, 2))
+        dlbridge.to_warp(torch.zeros(1, 1, 1, 1, 2, device="cpu"))
 
 
 def test_float8_and_complex_are_refused_and_fallbacks_work() -> None:
@@ -144,7 +144,7 @@ def test_float8_and_complex_are_refused_and_fallbacks_work() -> None:
     assert up.dtype is wp.float32
     np.testing.assert_array_equal(up.numpy(), ref.astype(np.float32))
     with pytest.raises(dlbridge.UnsupportedDtypeError, match="warp cannot hold complex64"):
-        dlbridge.to_warp(torch.zeros(2, dtype=torch.complex64))
+        dlbridge.to_warp(torch.zeros(2, dtype=torch.complex64, device="cpu"))
 
 
 def test_read_only_numpy_is_refused_unless_copied() -> None:
@@ -158,7 +158,7 @@ def test_read_only_numpy_is_refused_unless_copied() -> None:
 
 
 def test_writes_are_visible_through_zero_copy() -> None:
-    src = torch.zeros(2, 3)
+    src = torch.zeros(2, 3, device="cpu")
     out = dlbridge.to_warp(src)
     src[1, 2] = 7.5
     assert out.numpy()[1, 2] == 7.5
@@ -168,7 +168,7 @@ def test_dlbridge_initialises_warp_quietly() -> None:
     proc = run_child(
         """
         import torch, dlbridge
-        out = dlbridge.to_warp(torch.ones(3))
+        out = dlbridge.to_warp(torch.ones(3, device="cpu"))
         print(out.numpy().tolist())
         """
     )

@@ -78,6 +78,11 @@ class FastRoute(_Base):
         """The data alignment (bytes) below which the fast route leaves an import to the pipeline."""
         return 1
 
+    def view_memory(self, arr: Any) -> tuple[int, tuple[int, ...]]:
+        """(data address, shape) of an array this framework imported from a dense capsule: what the
+        route records for a view it replays (``_logical.remembering``)."""
+        return self.data_ptr(arr), tuple(arr.shape)
+
     def viewer(self, dtype: str) -> Any:
         """``view(_, dtype)`` as a one-argument callable (the route's zero-copy reinterpret step)."""
         return lambda arr: self.view(arr, dtype)

@@ -97,9 +97,9 @@ class JaxAdapter(FastRoute, Adapter):
     def fast_export(self, cls: type) -> FastExport | None:
         if not self._plain_export(cls):
             return None
-        # The route replays CPU memory only, and where JAX has a GPU backend its arrays may live there:
-        # telling them apart costs a Python call (__dlpack_device__), and exporting to find out would
-        # block on the array's computation (no stream). So there, JAX arrays take the pipeline.
+        # Where JAX has a GPU backend its arrays may live there: the route then asks each array's device
+        # before any export (``fast_gpu_export``'s __dlpack_device__; exporting to find out would block on
+        # a GPU array's computation: no stream), and replays a CPU array's export on the CPU half.
         if self.has_cuda():
             return None
         return (0, None, (), None, None)

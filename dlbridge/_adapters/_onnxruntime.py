@@ -7,7 +7,8 @@ refuses every layout but dense row-major ("ORT only supports contiguous tensor",
 onnxruntime/core/dlpack/dlpack_converter.cc). Until 1.31.x its converter labels a bool OrtValue's
 capsule uint8 (relabelled here, zero-copy) and cannot export or import float8 (refused here, naming
 the upgrade). OrtValues are always dense and have no read-only state and no array operations:
-copies and reinterpretations go through NumPy over their bytes (probe 2026-11-25, onnxruntime 1.32.0).
+copies and reinterpretations are made over their bytes (probe 2026-11-25, onnxruntime 1.32.0), and
+every OrtValue made here owns its memory through the C object its capsules hold (see ``_alloc``).
 """
 
 from __future__ import annotations
@@ -76,18 +77,8 @@ class OnnxruntimeProber(Prober):
         return _BY_ORT_NAME.get(kind, kind)
 
     def host_bytes(self, arr: Any) -> Any:
-        self._check_host(arr)
+        self.adapter._check_host(arr)
         return self.adapter._bytes(arr).copy()
-
-    def _check_host(self, arr: Any) -> None:
-        """Refuse to read an OrtValue whose memory is not the host's: the CPU build's from_dlpack takes a
-        kDLCUDA capsule and makes an OrtValue that says "cuda" (see the rows), whose address ctypes must
-        never read (the report's probe of one killed the process, H100 run 2026-11-27)."""
-        where = str(arr.device_name()).lower()
-        if where != "cpu":
-            build = self.mod.get_device()  # "CPU" for the CPU build (onnxruntime_pybind_state.cc get_device)
-            raise ValueError(f"the OrtValue says it is on {where} ({self.adapter.display} {self.adapter.version}, "
-                             f"{build} build): its memory is not the host's, so it is not read")  # fmt: skip
 
     def to_host(self, arr: Any) -> Any:
         from ._numpy import numpy_dtype
@@ -179,15 +170,45 @@ class OnnxruntimeAdapter(FastRoute, Adapter):
 
         return (0, import_capsule, None)
 
-    # --- arrays over NumPy memory (OrtValues have no operations of their own) ---------------------
-    def _wrap(self, host: Any) -> Any:
-        """An OrtValue over the C-contiguous NumPy array ``host`` (kept alive by it), with
-        ``host``'s logical dtype (ml_dtypes kinds through their ONNX type number)."""
-        name = host.dtype.name
-        if host.dtype.type.__module__ == "ml_dtypes":
-            bits = host.view(f"u{host.dtype.itemsize}")
-            return self.mod.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, _ONNX_TYPES[name][0])
-        return self.mod.OrtValue.ortvalue_from_numpy(host)
+    # --- OrtValues that own their memory ----------------------------------------------------------
+    # ortvalue_from_numpy / ortvalue_from_numpy_with_onnx_type make a C OrtValue over the NumPy buffer
+    # without a reference to it ("The numpy object owns the memory and needs to be alive until the
+    # corresponding OrtValue is in scope", onnxruntime_pybind_mlvalue.cc CreateTensor): only the Python
+    # wrapper holds the array (OrtValue._numpy_obj, onnxruntime_inference_collection.py). Its
+    # __dlpack__ capsule holds the C OrtValue only (dlpack_converter.cc OrtDLManagedTensor.handle), so a
+    # consumer outlives the NumPy memory once the wrapper is dropped (probe 2026-11-27, onnxruntime
+    # 1.26.0 and 1.32.0, torch 2.13.0: values overwritten). Every OrtValue made here owns its memory
+    # through the C object: ONNX Runtime's own allocation (copies), or the DLPack deleter chain (views):
+    # DlpackToOrtValue gives the C OrtValue a deleter that calls the capsule's (dlpack_converter.cc), and
+    # OrtValueToDlpack's capsules hold that OrtValue (probe 2026-11-27, onnxruntime 1.26.0, 1.30.0,
+    # 1.32.0: the source behind a from_dlpack OrtValue lives while it or a capsule it exported does,
+    # and is freed after; C.OrtValue.ortvalue_from_numpy holds no reference to its array).
+    def _alloc(self, shape: Any, element_type: int) -> Any:
+        """A new OrtValue of ONNX ``element_type`` in memory ONNX Runtime allocates and frees itself
+        (64-byte aligned, so JAX shares it: probe 2026-11-27, onnxruntime 1.26.0-1.32.0)."""
+        return self.mod.OrtValue.ortvalue_from_shape_and_type([int(n) for n in shape], int(element_type))
+
+    def _own(self, host: Any) -> Any:
+        """A copy of the NumPy array ``host`` (any layout) in an OrtValue of its own, ``host``'s
+        logical dtype (ml_dtypes kinds through their ONNX type number)."""
+        entry = _ONNX_TYPES.get(host.dtype.name)
+        if entry is None:
+            raise UnsupportedDtypeError(f"ONNX Runtime has no {host.dtype.name} tensors dlbridge can make; pass one of "
+                                        f"{', '.join(_ONNX_TYPES)}")  # fmt: skip
+        out = self._alloc(host.shape, entry[0])
+        if host.size:
+            self._bytes(out).view(host.dtype).reshape(host.shape)[...] = host
+        return out
+
+    def _check_host(self, arr: Any) -> None:
+        """Refuse to read an OrtValue whose memory is not the host's: the CPU build's from_dlpack takes a
+        kDLCUDA capsule and makes an OrtValue that says "cuda" (see the rows), whose address ctypes must
+        never read (the report's probe of one killed the process, H100 run 2026-11-27)."""
+        where = str(arr.device_name()).lower()
+        if where != "cpu":
+            build = self.mod.get_device()  # "CPU" for the CPU build (onnxruntime_pybind_state.cc get_device)
+            raise ValueError(f"the OrtValue says it is on {where} ({self.display} {self.version}, "
+                             f"{build} build): its memory is not the host's, so it is not read")  # fmt: skip
 
     def _bytes(self, arr: Any) -> Any:
         """A NumPy uint8 view of ``arr``'s bytes (an OrtValue is always dense, C order)."""
@@ -199,21 +220,50 @@ class OnnxruntimeAdapter(FastRoute, Adapter):
         return np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(int(arr.data_ptr())))
 
     def view(self, arr: Any, dtype: str) -> Any:
+        """``arr``'s memory as ``dtype`` (same width), zero-copy. The new C OrtValue is imported from a
+        capsule, so its DLPack deleter holds a NumPy array whose ``base`` chain holds ``arr`` (the
+        wrapper, and whatever holds its memory): every capsule it exports keeps that memory alive."""
+        import numpy as np
+
         from ._numpy import numpy_dtype
 
-        # The OrtValue keeps NumPy's view alive, and NumPy's view keeps arr alive (.base chain).
-        host = self._bytes(arr).view(numpy_dtype(dtype)).reshape(tuple(arr.shape()))
-        holder = self._wrap(host)
-        holder._dlbridge_base = arr
-        return holder
+        self._check_host(arr)
+        true = BY_NAME[dtype]
+        shape = tuple(arr.shape())
+        as_bool = dtype == "bool" and dtype not in self.caps.imports and self.caps.detects_bool_sources
+        if dtype not in self.caps.imports and not as_bool:
+            raise UnsupportedDtypeError(
+                f"ONNX Runtime {self.version} cannot hold a {dtype} view of an OrtValue's memory (its DLPack import "
+                f"knows no {dtype}). {self.hint(dtype) or 'Pass a dtype it imports.'}"
+            )
+        if not int(arr.tensor_size_in_bytes()):
+            return self._alloc(shape, _ONNX_TYPES[dtype][0])  # nothing to share
+        wire = np.asarray(_Held(arr)).view(numpy_dtype(f"uint{true.bits}")).reshape(shape)
+        capsule = wire.__dlpack__()  # NumPy's capsule holds ``wire`` (numpy/_core/src/multiarray/dlpack.c)
+        # Before 1.32: a uint8 capsule, bool by the importer's flag (the detects_bool_sources row; the C
+        # from_dlpack(data, is_bool_tensor=False) of 1.26-1.31, from_dlpack(data) in 1.32: probe 2026-11-27).
+        if as_bool:
+            return self.mod.OrtValue(self._c_class().from_dlpack(capsule, True))
+        relabel(capsule, true)
+        return self.mod.OrtValue(self._c_class().from_dlpack(capsule))
+
+    def _c_class(self) -> Any:
+        return self.mod.capi.onnxruntime_pybind11_state.OrtValue  # what OrtValue.from_dlpack calls
 
     def data_ptr(self, arr: Any) -> int:
         return int(arr.data_ptr())
 
-    def copy(self, arr: Any) -> Any:
-        from ._numpy import aligned_copy
+    def view_memory(self, arr: Any) -> tuple[int, tuple[int, ...]]:
+        return int(arr.data_ptr()), tuple(arr.shape())  # OrtValue.shape is a method
 
-        return self._wrap(aligned_copy(self.prober.to_host(arr)))  # 64-byte aligned: JAX shares it
+    def copy(self, arr: Any) -> Any:
+        """A copy in memory ONNX Runtime owns, byte for byte, whatever its element type."""
+        self._check_host(arr)
+        out = self._alloc(arr.shape(), arr.element_type())
+        nbytes = int(arr.tensor_size_in_bytes())
+        if nbytes:
+            ctypes.memmove(int(out.data_ptr()), int(arr.data_ptr()), nbytes)
+        return out
 
     def contiguous(self, arr: Any) -> Any:
         return arr  # OrtValues are always dense row-major
@@ -222,18 +272,35 @@ class OnnxruntimeAdapter(FastRoute, Adapter):
         return self.copy(arr)  # CPU only (device_codes)
 
     def from_host(self, host: Any, device: tuple[int, int]) -> Any:
-        from ._numpy import aligned_copy
-
-        return self._wrap(aligned_copy(host))
+        return self._own(host)
 
     def bf16_bits_to_f32(self, u16: Any) -> Any:
         import numpy as np
 
-        bits = self._bytes(u16).view(np.uint16).astype(np.uint32) << 16
-        return self._wrap(bits.view(np.float32).reshape(tuple(u16.shape())))
+        out = self._alloc(u16.shape(), _ONNX_TYPES["float32"][0])
+        if int(out.tensor_size_in_bytes()):
+            bits = self._bytes(out).view(np.uint32)
+            bits[...] = self._bytes(u16).view(np.uint16)
+            bits <<= 16
+        return out
 
     def lookup_f32(self, table: tuple[float, ...], u8: Any) -> Any:
         import numpy as np
 
-        values = np.asarray(table, dtype=np.float32)[self._bytes(u8)]
-        return self._wrap(values.reshape(tuple(u8.shape())))
+        out = self._alloc(u8.shape(), _ONNX_TYPES["float32"][0])
+        if int(out.tensor_size_in_bytes()):
+            np.take(np.asarray(table, dtype=np.float32), self._bytes(u8), out=self._bytes(out).view(np.float32))
+        return out
+
+
+class _Held:
+    """An OrtValue's bytes as NumPy sees them (``__array_interface__``), holding the OrtValue: NumPy makes
+    this object the ``base`` of the array it builds over them, so that array keeps the OrtValue alive."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, owner: Any) -> None:
+        nbytes = int(owner.tensor_size_in_bytes())
+        self.__array_interface__ = {"data": (int(owner.data_ptr()), False), "shape": (nbytes,), "typestr": "|u1",
+                                    "version": 3}  # fmt: skip
+        self.owner = owner

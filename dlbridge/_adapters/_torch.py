@@ -41,7 +41,7 @@ class TorchProber(Prober):
         target = getattr(torch, dtype, None)
         if not isinstance(target, torch.dtype):
             raise TypeError(f"torch {self.adapter.version} has no {dtype}")
-        buf = torch.empty(len(data) + 64, dtype=torch.uint8)
+        buf = torch.empty(len(data) + 64, dtype=torch.uint8, device="cpu")  # whatever torch's default device is
         start = -buf.data_ptr() % 64
         raw = buf[start : start + len(data)]
         raw.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))

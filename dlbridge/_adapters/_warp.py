@@ -141,7 +141,9 @@ class WarpAdapter(FastRoute, Adapter):
         arr = self._from_dlpack(capsule)
         if info.byte_offset and info.size:
             # warp.from_dlpack points the array at dlt.data, leaving out byte_offset: the same
-            # array at the right address, keeping the imported one (and its memory) alive.
+            # array at the right address, keeping the imported one (and its memory) alive: an attribute
+            # is enough, as Warp's capsules hold the Python array they export (warp/_src/dlpack.py
+            # to_dlpack: manager_ctx = id(wp_array), Py_IncRef(wp_array); warp-lang 1.19.0).
             fixed = self.mod.array(ptr=info.data_ptr, dtype=arr.dtype, shape=arr.shape, strides=arr.strides,
                                    device=arr.device, copy=False)  # fmt: skip
             fixed._dlbridge_base = arr

@@ -32,6 +32,17 @@ _get_pointer: Callable[[object, bytes | None], int | None] = ctypes.PYFUNCTYPE(
 _new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
     ("PyCapsule_New", _api)
 )
+_get_context: Callable[[object], int | None] = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(
+    ("PyCapsule_GetContext", _api)
+)
+_set_context: Callable[[object, int], int] = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(
+    ("PyCapsule_SetContext", _api)
+)
+# A legacy capsule has no flags: one dlbridge made of one-value-a-byte sub-byte data (``_edit.mark_padded``)
+# says IS_SUBBYTE_TYPE_PADDED through its PyCapsule context, set to this address (a capsule's context is
+# the holder's, which DLPack consumers never read; the mark lives and dies with the capsule object).
+_PADDED_MARK = ctypes.create_string_buffer(b"dlbridge: one sub-byte value a byte")
+PADDED_CONTEXT: int = ctypes.addressof(_PADDED_MARK)
 _TYPE_PROBE_NAME = b"dlbridge.type_probe"  # must outlive the probe capsule: module constant
 # types.CapsuleType only exists from 3.13; a capsule made here (no destructor) gives the type
 # without importing a module that happens to export one.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 
 from .._dtypes import DType
-from ._abi import FLAG_PADDED, FLAG_READ_ONLY, LEGACY, VERSIONED, _get_name, _get_pointer
+from ._abi import FLAG_PADDED, FLAG_READ_ONLY, LEGACY, PADDED_CONTEXT, VERSIONED, _get_context, _get_name, _get_pointer, _set_context
 from ._layout import VERSIONED_FLAGS, VERSIONED_TENSOR, DLTensor
 from ._read import c_strides, tensor_address
 
@@ -25,10 +25,14 @@ def relabel(capsule: object, dtype: DType) -> None:
 
 def mark_padded(capsule: object, dtype: DType) -> None:
     """Label an unconsumed capsule of one-value-a-byte sub-byte data (exported as its bytes) ``dtype``,
-    flagged IS_SUBBYTE_TYPE_PADDED where it is versioned (a legacy capsule has no flags), so that its
-    readers know each value fills a byte."""
+    flagged IS_SUBBYTE_TYPE_PADDED, so that its readers know each value fills a byte: in its flags where it
+    is versioned, else (a legacy capsule has no flags: NumPy < 2.1's) through the capsule's context
+    (``_abi.PADDED_CONTEXT``), which ``_read.read`` reads back as the flag."""
     relabel(capsule, dtype)
-    add_flags(capsule, FLAG_PADDED)
+    if _get_name(capsule) == VERSIONED:
+        add_flags(capsule, FLAG_PADDED)
+    elif _get_context(capsule) is None:  # (a context the producer set is its own: never overwritten)
+        _set_context(capsule, PADDED_CONTEXT)
 
 
 def relabel_device(capsule: object, device: tuple[int, int]) -> None:

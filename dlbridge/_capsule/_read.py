@@ -20,14 +20,17 @@ from ._abi import (
     DEVICE_ALIASES,
     DEVICE_CODES,
     FLAG_IS_COPIED,
+    FLAG_PADDED,
     FLAG_READ_ONLY,
     GPU_CODES,
     LEGACY,
     MAX_NDIM,
+    PADDED_CONTEXT,
     SUPPORTED_MAJOR,
     USED,
     VERSIONED,
     CapsuleType,
+    _get_context,
     _get_name,
     _get_pointer,
     alias_device,
@@ -170,6 +173,8 @@ def read(capsule: object, producer: str | None = None) -> DLPackInfo:
         raise CapsuleError(f"DLPack capsule has a negative dimension in shape {list(shape)}")
     if bits == 0 or lanes == 0:
         raise CapsuleError(f"DLPack capsule has dtype bits={bits}, lanes={lanes}; both must be >= 1")
+    if bits < 8 and not versioned and _get_context(capsule) == PADDED_CONTEXT:  # see _edit.mark_padded
+        flags |= FLAG_PADDED
     return _checked_info(code, bits, lanes, device_type, device_id, shape, strides, byte_offset, data, flags,
                          (major, minor) if versioned else None, producer, has_deleter)  # fmt: skip
 

@@ -176,8 +176,9 @@ def _asked_dtype(info: DLPackInfo, dtype: Any) -> Any:
 
 KIND_LEGACY, KIND_VERSIONED = 1, 2  # Admission.kinds (capsules.c: the same bits)
 
-# The plans a stored route replays: the capsule as it is, or relabelled zero-copy (same width).
-_REPLAYED = ("native", "reinterpret")
+# The plans a stored route replays: the capsule as it is, or relabelled zero-copy (same width), as the
+# target's own dtype or as the same-width unsigned view whose logical dtype is recorded (fallback="view").
+_REPLAYED = ("native", "reinterpret", "view")
 
 
 def _admission(info: DLPackInfo, target: FastRoute, caps: Capabilities, plan: Plan, shared_ro: bool,

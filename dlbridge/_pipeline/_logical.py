@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # (CPython, not in typeshed)
+from collections.abc import Callable
 from typing import Any
 
 from .._capsule._read import DLPackInfo
 
-__all__ = ["remember", "recall", "live"]
+__all__ = ["remember", "remembering", "recall", "live"]
 
 _Memory = tuple[int, tuple[int, ...], tuple[int, ...], int]
 
@@ -65,18 +66,21 @@ _scan_at = [64]  # a full scan for dead records once the registry reaches this s
 
 
 def _memory(info: DLPackInfo) -> _Memory:
+    return _fingerprint(info.data_ptr, info.shape, info.strides, info.bits * info.lanes)
+
+
+def _fingerprint(data_ptr: int, shape: tuple[int, ...], strides: tuple[int, ...] | None, bits: int) -> _Memory:
     # Producers differ on strides for C-contiguous data (NULL vs explicit) and on strides of
     # size-1 dimensions: normalise both so the same memory gives the same fingerprint. An empty
     # array has no memory to tell apart (torch re-exports it at another address).
-    if info.size == 0:
-        return (0, info.shape, (), info.bits * info.lanes)
-    strides = info.strides
+    if 0 in shape:
+        return (0, shape, (), bits)
     if strides is None:
         strides, step = (), 1
-        for dim in reversed(info.shape):
+        for dim in reversed(shape):
             strides, step = (step, *strides), step * dim
-    strides = tuple(0 if d == 1 else s for s, d in zip(strides, info.shape))
-    return (info.data_ptr, info.shape, strides, info.bits * info.lanes)
+    strides = tuple(0 if d == 1 else s for s, d in zip(strides, shape))
+    return (data_ptr, shape, strides, bits)
 
 
 def _sweep(full: bool = False) -> None:
@@ -99,15 +103,33 @@ def _sweep(full: bool = False) -> None:
 def remember(view: Any, info: DLPackInfo, logical: str) -> bool:
     """Record that the object ``view`` (whose memory ``info`` describes; its dtype code may be the
     one before the wire relabel, only the width counts) is logically ``logical``."""
+    return _record(view, _memory(info), logical)
+
+
+def _record(view: Any, memory: _Memory, logical: str) -> bool:
     if _dead or len(_entries) >= _scan_at[0]:
         _sweep()
     try:
         ref = _View(view, _forget)
     except TypeError:
         return False
-    ref.key, ref.logical, ref.memory = id(view), logical, _memory(info)
+    ref.key, ref.logical, ref.memory = id(view), logical, memory
     _entries[ref.key] = ref  # the record is complete before anyone can find it
     return True
+
+
+def remembering(memory_of: Callable[[Any], tuple[int, tuple[int, ...]]], logical: str, bits: int) -> Callable[[Any], Any]:
+    """The fast route's last step for a view it replays (``Replay.finish``): record ``logical`` for the
+    array the consumer imported, whose memory is dense C order (the route replays only such capsules)
+    and is found by ``memory_of`` (the target adapter's ``view_memory``: its address and shape). The
+    same record the pipeline makes (``remember``), without reading a capsule."""
+
+    def finish(view: Any) -> Any:
+        data_ptr, shape = memory_of(view)
+        _record(view, _fingerprint(data_ptr, shape, None, bits), logical)
+        return view
+
+    return finish
 
 
 def recall(x: Any, info: DLPackInfo) -> str | None:

@@ -3,7 +3,7 @@ consumer that dies releasing it, and a caller's raw fp4 capsule in a layout the 
 
 from __future__ import annotations
 
-from .._adapters import HOST, Adapter
+from .._adapters import ADAPTERS, HOST, Adapter
 from .._capabilities import Capabilities
 from .._capsule._read import DLPackInfo
 from ._subbyte import FLAG_PADDED, PAIRS
@@ -15,8 +15,8 @@ def null_deleter_refusal(info: DLPackInfo, target: Adapter, caps: Capabilities) 
     """Why a capsule without a deleter is not handed to a consumer that dies releasing its import,
     and the two steps that do it safely (a framework that releases it first, then its export)."""
     if info.device_code != 1:
-        via = "torch"
-        fix = f"dlbridge.to_{target.name}(dlbridge.to_torch(x)) shares the same memory"
+        via = _device_holder(info, target)
+        fix = f"dlbridge.to_{target.name}(dlbridge.to_{via}(x)) shares the same memory"
     elif info.versioned:
         via = HOST.name
         fix = f"dlbridge.to_{target.name}(dlbridge.to_{via}(x)) shares the same memory"
@@ -31,6 +31,16 @@ def null_deleter_refusal(info: DLPackInfo, target: Adapter, caps: Capabilities) 
         f".aborts_on_null_deleter). Hand it to {via} first, which releases it safely: {fix}; or have the producer "
         "set a deleter"
     )
+
+
+def _device_holder(info: DLPackInfo, target: Adapter) -> str:
+    """A framework that can hold the capsule's device memory: one imported already whose capability row says
+    it releases a capsule without a deleter safely, else the first the registry lists for that device."""
+    holders = [a for a in ADAPTERS.values() if a is not target and info.device_code in a.device_codes]
+    for adapter in holders:
+        if adapter.loaded() and not adapter.caps.aborts_on_null_deleter:
+            return adapter.name
+    return holders[0].name if holders else HOST.name
 
 
 def raw_fp4_refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, kind: str) -> str:

@@ -20,10 +20,11 @@ from .._adapters import Adapter, adapter_for
 from .._adapters._fast import FastRoute
 from .._capabilities import Capabilities
 from .._capsule._read import DLPackInfo, device_name
-from .._dtypes import BY_TRIPLE
+from .._dtypes import BY_NAME, BY_TRIPLE
 from .._options import FALLBACKS, READONLY
 from .._pipeline._devices import home_of
 from .._pipeline._handoff import decide
+from .._pipeline._logical import remembering
 from ._records import EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD, Producer, Replay, State
 from ._specs import SPECS
 
@@ -150,8 +151,8 @@ def _decide(target: FastRoute, caps: Capabilities, key: int) -> Any:
     the record ``decide`` makes for a plain capsule of that dtype on that device (dense C order, writable
     or read-only memory as the key says, the capsule kind the consumer reads), where the record says the
     route may replay it (``Handoff.admits``: a native import or a zero-copy relabel, and the capsules it
-    holds for); None: the pipeline decides each time (a refusal, a remembered view, an upcasting copy,
-    memory the consumer finds elsewhere)."""
+    holds for); None: the pipeline decides each time (a refusal, an upcasting copy, memory the consumer
+    finds elsewhere)."""
     code, bits, lanes, options = key & 0xFF, (key >> 8) & 0xFF, (key >> 16) & 0xFFFF, (key >> OPTIONS_SHIFT) & 0xFF
     fallback, choice, readonly = options & 0xF, (options >> READONLY_SHIFT) & 1, bool(options & READ_ONLY_MEMORY)
     device = ((key >> DEVICE_SHIFT) & 0xFF, key >> DEVICE_ID_SHIFT)
@@ -166,5 +167,11 @@ def _decide(target: FastRoute, caps: Capabilities, key: int) -> Any:
     record = decide(info, target, caps, FALLBACKS[fallback], None, None, readonly=READONLY[choice])
     if record.admits is None or record.plan is None:
         return None
-    finish = target.viewer(record.plan.logical) if record.plan.mode == "reinterpret" else None
+    plan = record.plan
+    if plan.mode == "reinterpret":
+        finish = target.viewer(plan.logical)
+    elif plan.mode == "view":  # the same record of its logical dtype the pipeline makes
+        finish = remembering(target.view_memory, plan.logical, BY_NAME[plan.wire].bits * BY_NAME[plan.wire].lanes)
+    else:
+        finish = None
     return Replay(record=record, finish=finish)

@@ -56,8 +56,19 @@ class Sim:
         self.cp: Any = None
         self.torch_cuda: producers.TorchCuda | None = None
         self.gpu: producers.JaxGpu | None = None
+        # The stand-ins model torch with no TorchFunctionMode active: a default device set by
+        # torch.set_default_device (meta under tests/_foreign.py) is one, and under it their patched
+        # Tensor methods would be entered twice (a second export in the log). CPU for the test, then restored.
+        import torch
+
+        self._default_device = torch.get_default_device()
+        torch.set_default_device(None)
 
     def close(self) -> None:
+        import torch
+
+        if self._default_device.type != "cpu":
+            torch.set_default_device(self._default_device)
         for d, saved in self._saved:
             d.clear()
             d.update(saved)

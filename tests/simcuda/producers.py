@@ -509,6 +509,15 @@ class JaxGpu:
 
         monkeypatch.setattr(impl, "__dlpack__", __dlpack__)
         monkeypatch.setattr(impl, "__dlpack_device__", __dlpack_device__)
+        real_property = impl.__dict__.get("device")
+        if isinstance(real_property, property):  # JAX >= 0.4.31
+
+            def device(self: Any) -> Any:
+                # array.py `device`: a single-device array's one device (its GPU's Device object)
+                claim = sim.claims.get(id(self))
+                return real_property.__get__(self) if claim is None else claim[1]
+
+            monkeypatch.setattr(impl, "device", property(device))
         return self
 
     # --- consumer -------------------------------------------------------------------------------
