@@ -121,7 +121,9 @@ def _import_record(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: 
     immutable = source is not None and not source.mutable_arrays
     shared_ro = (info.readonly or immutable) and readonly != COPIED  # memory the caller's array shares, read-only
     holds_readonly = caps.readonly_arrays or caps.readonly_imports  # its import of read-only memory is read-only
-    why = _readonly_why(source, immutable) if shared_ro and not holds_readonly and readonly == "keep" else None
+    # (an upcast hands over a float32 copy it makes: the read-only memory never reaches the caller)
+    kept = shared_ro and not holds_readonly and readonly == "keep" and plan.mode != "upcast"
+    why = _readonly_why(source, immutable) if kept else None
     error = _refusal(info, target, caps, plan, copy, why)
     if error is not None:
         return Handoff(who, target.name, info, error[0], error[1], plan)

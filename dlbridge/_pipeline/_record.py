@@ -116,7 +116,7 @@ class Handoff(NamedTuple):
             steps.append('READ_ONLY cleared (readonly="drop"): the read-only memory is shared writable, not to be '
                          "written")
         elif self.drop_readonly:
-            copied = self.copy or self.consumer_copies
+            copied = self.copy or self.consumer_copies or (self.plan is not None and self.plan.mode == "upcast")
             steps.append("READ_ONLY cleared " + ("for the copy made right after" if copied else
                                                   "(dlbridge's own copy: nothing else holds it)"))
         if self.c_order:
