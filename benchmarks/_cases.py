@@ -71,6 +71,9 @@ class Row:
     skipped: str = ""
     notes: list[str] = field(default_factory=list)
     path: str = "compiled"  # one of PATHS
+    # readonly= dlbridge is timed with: "drop" for the arrays of a producer whose arrays are immutable (JAX), which
+    # dlbridge refuses by default into a consumer without read-only arrays (torch) and native from_dlpack aliases.
+    readonly: str = "keep"
 
 
 def target_for(row: Row) -> float | None:
@@ -177,14 +180,20 @@ def synchronize(device: str) -> None:
 # --- the rows -------------------------------------------------------------------------------
 
 
+def readonly_for(producer: str) -> str:
+    """The readonly= a row of ``producer`` is timed with (``Row.readonly``): zero-copy, as native from_dlpack."""
+    return "keep" if ADAPTERS[producer].mutable_arrays else "drop"
+
+
 def cpu_rows(quick: bool) -> list[Row]:
     rows = []
     for producer in CPU_FRAMEWORKS:
+        readonly = readonly_for(producer)
         for consumer in CPU_FRAMEWORKS:  # same-framework pairs too: they convert (a fresh alias)
             for dtype in DTYPES:
-                rows.append(Row(producer, consumer, "cpu", dtype, KIB))
+                rows.append(Row(producer, consumer, "cpu", dtype, KIB, readonly=readonly))
             if not quick:  # the cost does not grow with size
-                rows.append(Row(producer, consumer, "cpu", "float32", 16 * MIB))
+                rows.append(Row(producer, consumer, "cpu", "float32", 16 * MIB, readonly=readonly))
     return rows
 
 
@@ -197,5 +206,5 @@ def gpu_rows(quick: bool) -> list[Row]:
                 continue
             for dtype in DTYPES:
                 for nbytes in sizes:
-                    rows.append(Row(producer, consumer, "cuda", dtype, nbytes))
+                    rows.append(Row(producer, consumer, "cuda", dtype, nbytes, readonly=readonly_for(producer)))
     return rows

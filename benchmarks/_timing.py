@@ -83,6 +83,11 @@ def run_row(row: Row, rounds: int, budget_ms: float) -> Row:
     fallback: Fallback = "raise" if row.dtype == "float32" else "view"
     convert = getattr(dlbridge, f"to_{row.consumer}")
     ours = (lambda: convert(x)) if fallback == "raise" else (lambda: convert(x, fallback="view"))
+    if row.readonly != "keep":  # an immutable producer's arrays (JAX), shared as native from_dlpack shares them
+        ro = row.readonly
+        ours = (lambda: convert(x, readonly=ro)) if fallback == "raise" else (
+            lambda: convert(x, fallback="view", readonly=ro))  # fmt: skip
+        row.notes.append(f'readonly="{ro}"')
     try:
         row.mode = plan_for(dlbridge.inspect(x), ADAPTERS[row.consumer].capabilities(), fallback).mode
         result = ours()

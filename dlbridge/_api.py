@@ -36,6 +36,7 @@ else:
     import warp
 
     from ._capabilities import Capabilities
+    from ._options import Readonly
     from ._types import DeviceLike, DTypeLike, FallbackOption, SupportsDLPack
 
     _F = TypeVar("_F", bound="Callable[..., Any]")
@@ -56,7 +57,8 @@ def _load_route(*args: Any) -> Any:
     return convert(*args)
 
 
-# convert(spec, x, fallback, dtype, device, copy, stream): the compiled route where built, else the Python one.
+# convert(spec, x, fallback, dtype, device, copy, stream, readonly): the compiled route where built, else the
+# Python one.
 _route: Callable[..., Any] = _load_route
 
 
@@ -74,142 +76,167 @@ def _public(fn: _F) -> _F:
 
 @_public
 def to_torch(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, dtype: DTypeLike | None = None,
-             device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None) -> torch.Tensor:  # fmt: skip
+             device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None,
+             readonly: Readonly = "keep") -> torch.Tensor:  # fmt: skip
     """``x`` as a ``torch.Tensor``: the same memory and true dtype where PyTorch can hold them."""
-    return _route(SPECS["torch"], x, fallback, dtype, device, copy, stream)
+    return _route(SPECS["torch"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
 def to_cupy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, dtype: DTypeLike | None = None,
-            device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None) -> cupy.ndarray:  # fmt: skip
+            device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None,
+            readonly: Readonly = "keep") -> cupy.ndarray:  # fmt: skip
     """``x`` as a ``cupy.ndarray``: the same memory and true dtype where CuPy can hold them. CPU sources
     need ``device="cuda"`` or ``copy=True``."""
-    return _route(SPECS["cupy"], x, fallback, dtype, device, copy, stream)
+    return _route(SPECS["cupy"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
 def to_jax(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, dtype: DTypeLike | None = None,
-           device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None) -> jax.Array:  # fmt: skip
+           device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None,
+           readonly: Readonly = "keep") -> jax.Array:  # fmt: skip
     """``x`` as a ``jax.Array``: the same memory and true dtype where JAX can hold them."""
-    return _route(SPECS["jax"], x, fallback, dtype, device, copy, stream)
+    return _route(SPECS["jax"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
 def to_numpy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, dtype: DTypeLike | None = None,
              device: DeviceLike | None = None, copy: bool | None = None,
-             stream: int | None = None) -> numpy.ndarray[Any, Any]:  # fmt: skip
+             stream: int | None = None,
+             readonly: Readonly = "keep") -> numpy.ndarray[Any, Any]:  # fmt: skip
     """``x`` as a ``numpy.ndarray``: the same memory and true dtype where NumPy can hold them. bf16/fp8
     arrive as ml_dtypes arrays sharing the memory."""
-    return _route(SPECS["numpy"], x, fallback, dtype, device, copy, stream)
+    return _route(SPECS["numpy"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
 def to_paddle(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, dtype: DTypeLike | None = None,
-              device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None) -> paddle.Tensor:  # fmt: skip
+              device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None,
+              readonly: Readonly = "keep") -> paddle.Tensor:  # fmt: skip
     """``x`` as a ``paddle.Tensor``: the same memory and true dtype where PaddlePaddle can hold them.
     Raises MissingFrameworkError instead of importing paddle after tensorflow (that crashes the process)."""
-    return _route(SPECS["paddle"], x, fallback, dtype, device, copy, stream)
+    return _route(SPECS["paddle"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
 def to_tensorflow(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, dtype: DTypeLike | None = None,
                   device: DeviceLike | None = None, copy: bool | None = None,
-                  stream: int | None = None) -> tensorflow.Tensor:  # fmt: skip
+                  stream: int | None = None,
+                  readonly: Readonly = "keep") -> tensorflow.Tensor:  # fmt: skip
     """``x`` as a ``tensorflow.Tensor``: the same memory and true dtype where TensorFlow can hold them.
     TensorFlow takes only dense row-major layouts, so others are copied densely first."""
-    return _route(SPECS["tensorflow"], x, fallback, dtype, device, copy, stream)
+    return _route(SPECS["tensorflow"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
 def to_mlx(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, dtype: DTypeLike | None = None,
-           device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None) -> mlx.core.array:  # fmt: skip
+           device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None,
+           readonly: Readonly = "keep") -> mlx.core.array:  # fmt: skip
     """``x`` as a ``mlx.core.array``: the same memory and true dtype where MLX can hold them."""
-    return _route(SPECS["mlx"], x, fallback, dtype, device, copy, stream)
+    return _route(SPECS["mlx"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
 def to_array_api_strict(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
                         dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-                        stream: int | None = None) -> array_api_strict._array_object.Array:  # fmt: skip
+                        stream: int | None = None,
+                        readonly: Readonly = "keep") -> array_api_strict._array_object.Array:  # fmt: skip
     """``x`` as a ``array_api_strict._array_object.Array``: the same memory and true dtype where
     array-api-strict can hold them."""
-    return _route(SPECS["array_api_strict"], x, fallback, dtype, device, copy, stream)
+    return _route(SPECS["array_api_strict"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
 def to_onnxruntime(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, dtype: DTypeLike | None = None,
                    device: DeviceLike | None = None, copy: bool | None = None,
-                   stream: int | None = None) -> onnxruntime.OrtValue:  # fmt: skip
+                   stream: int | None = None,
+                   readonly: Readonly = "keep") -> onnxruntime.OrtValue:  # fmt: skip
     """``x`` as a ``onnxruntime.OrtValue``: the same memory and true dtype where ONNX Runtime can hold them."""
-    return _route(SPECS["onnxruntime"], x, fallback, dtype, device, copy, stream)
+    return _route(SPECS["onnxruntime"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
 def to_warp(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, dtype: DTypeLike | None = None,
-            device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None) -> warp.array[Any]:  # fmt: skip
+            device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None,
+            readonly: Readonly = "keep") -> warp.array[Any]:  # fmt: skip
     """``x`` as a ``warp.array``: the same memory and true dtype where NVIDIA Warp can hold them."""
-    return _route(SPECS["warp"], x, fallback, dtype, device, copy, stream)
+    return _route(SPECS["warp"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 # ``convert(x, "numpy")`` is typed like ``to_numpy(x)``: one overload per framework name and alias.
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["torch", "pytorch"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> torch.Tensor: ...  # fmt: skip
+            stream: int | None = ...,
+            readonly: Readonly = ...) -> torch.Tensor: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["cupy"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> cupy.ndarray: ...  # fmt: skip
+            stream: int | None = ...,
+            readonly: Readonly = ...) -> cupy.ndarray: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["jax", "jax.numpy"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> jax.Array: ...  # fmt: skip
+            stream: int | None = ...,
+            readonly: Readonly = ...) -> jax.Array: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["numpy", "np"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> numpy.ndarray[Any, Any]: ...  # fmt: skip
+            stream: int | None = ...,
+            readonly: Readonly = ...) -> numpy.ndarray[Any, Any]: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["paddle", "paddlepaddle"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> paddle.Tensor: ...  # fmt: skip
+            stream: int | None = ...,
+            readonly: Readonly = ...) -> paddle.Tensor: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["tensorflow", "tf"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> tensorflow.Tensor: ...  # fmt: skip
+            stream: int | None = ...,
+            readonly: Readonly = ...) -> tensorflow.Tensor: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["mlx", "mlx.core"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> mlx.core.array: ...  # fmt: skip
+            stream: int | None = ...,
+            readonly: Readonly = ...) -> mlx.core.array: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["array_api_strict", "array-api-strict"], /, *,
             fallback: FallbackOption = ..., dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
-            copy: bool | None = ..., stream: int | None = ...) -> array_api_strict._array_object.Array: ...  # fmt: skip
+            copy: bool | None = ..., stream: int | None = ...,
+            readonly: Readonly = ...) -> array_api_strict._array_object.Array: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["onnxruntime", "ort"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> onnxruntime.OrtValue: ...  # fmt: skip
+            stream: int | None = ...,
+            readonly: Readonly = ...) -> onnxruntime.OrtValue: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: Literal["warp", "wp", "warp-lang"], /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> warp.array[Any]: ...  # fmt: skip
+            stream: int | None = ...,
+            readonly: Readonly = ...) -> warp.array[Any]: ...  # fmt: skip
 @overload
 def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: FallbackOption = ...,
             dtype: DTypeLike | None = ..., device: DeviceLike | None = ..., copy: bool | None = ...,
-            stream: int | None = ...) -> Any: ...  # fmt: skip
+            stream: int | None = ...,
+            readonly: Readonly = ...) -> Any: ...  # fmt: skip
 def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: FallbackOption = NOT_GIVEN,
             dtype: DTypeLike | None = None, device: DeviceLike | None = None, copy: bool | None = None,
-            stream: int | None = None) -> Any:  # fmt: skip
+            stream: int | None = None,
+            readonly: Readonly = "keep") -> Any:  # fmt: skip
     """Hand ``x`` to framework ``to`` (a name such as ``"torch"`` or ``"pytorch"``, or the module).
 
     Zero-copy whenever the target can hold the data where it is; see the README for the
-    fallback policy. ``copy=False`` forbids any copy, ``copy=True`` always copies.
+    fallback policy. ``copy=False`` forbids any copy, ``copy=True`` always copies. ``readonly``:
+    ``"keep"`` (a read-only source, such as a JAX array, raises ReadOnlyError for a consumer without
+    read-only arrays unless ``copy=True``) or ``"drop"`` (the same memory, handed over writable: do not
+    write to it); consumers with read-only arrays (NumPy) get read-only ones either way.
     """
     spec = SPECS.get(to) if type(to) is str else None  # a framework's own name, once its spec is made
     if spec is None:
         from ._adapters import adapter_named
 
         spec = SPECS[adapter_named(to).name]
-    return _route(spec, x, fallback, dtype, device, copy, stream)
+    return _route(spec, x, fallback, dtype, device, copy, stream, readonly)
 
 
 def capabilities(consumer: str, version: str | None = None) -> Capabilities:

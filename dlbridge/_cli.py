@@ -96,6 +96,7 @@ def _explain_parser(exp: argparse.ArgumentParser) -> None:
     exp.add_argument("--device", default="cpu", help="where the producer makes it: cpu or cuda (default: cpu)")
     exp.add_argument("--fallback", choices=("raise", "view", "upcast"), help="as convert's fallback=")
     exp.add_argument("--copy", choices=("true", "false"), help="as convert's copy= (default: None)")
+    exp.add_argument("--readonly", choices=("keep", "drop"), default="keep", help="as convert's readonly=")
     exp.add_argument("--json", action="store_true", help="print the record as JSON")
 
 
@@ -123,7 +124,7 @@ def _explain(args: argparse.Namespace) -> int:
     except Exception as err:
         raise UsageError(f"{producer} cannot make a {args.layout} {dtype} array on {args.device}: {err}") from None
     copy = None if args.copy is None else args.copy == "true"
-    record = explain(src, consumer, fallback=args.fallback, copy=copy)
+    record = explain(src, consumer, fallback=args.fallback, copy=copy, readonly=args.readonly)
     if args.json:
         print(json.dumps(record.to_json(), indent=1))
     else:

@@ -1,4 +1,5 @@
-"""The fallback policy: one documented place for how "not given" is resolved.
+"""The conversion options dlbridge checks in one place: the fallback policy (how "not given" is
+resolved) and ``readonly=`` (``check_readonly``).
 
 Order: the call's ``fallback=`` keyword, else the innermost open ``fallback_policy(...)`` block
 (per thread / per async task), else ``set_default_fallback(...)``, else the environment
@@ -21,11 +22,18 @@ if TYPE_CHECKING:
     from typing import Final, Literal, TypeAlias
 
 __all__ = ["NOT_GIVEN", "Fallback", "FALLBACKS", "resolve_fallback", "set_default_fallback",
-           "get_default_fallback", "fallback_policy", "check_fallback", "default_cell"]  # fmt: skip
+           "get_default_fallback", "fallback_policy", "check_fallback", "default_cell", "Readonly", "READONLY",
+           "check_readonly"]  # fmt: skip
 
 Fallback: TypeAlias = 'Literal["raise", "view", "upcast"]'
 FALLBACKS: Final = ("raise", "view", "upcast")
 ENV_VAR: Final = "DLBRIDGE_FALLBACK"
+# readonly=: what a read-only source becomes in a consumer that has no read-only arrays (torch, CuPy, Paddle):
+# "keep" refuses it (ReadOnlyError) unless copy=True; "drop" hands over the same memory as a writable array,
+# which the caller takes on not to write. Consumers with read-only arrays (NumPy) get read-only ones either way.
+# Index = the route key's readonly bit (dlbridge/_route/_learn.py).
+Readonly: TypeAlias = 'Literal["keep", "drop"]'
+READONLY: Final = ("keep", "drop")
 
 
 class _NotGiven:
@@ -75,6 +83,18 @@ def check_fallback(value: object, where: str = "fallback") -> Fallback:
             raise OptionError(f"{where}={value!r} is not a fallback; expected one of {valid}")
         raise OptionError(f"{where}= received a {_type_name(value)}, not a fallback name; expected one of {valid}")
     return FALLBACKS[FALLBACKS.index(value)]  # the canonical object: the fast route compares identity
+
+
+def check_readonly(value: object, where: str = "readonly") -> Readonly:
+    """``readonly=`` as its canonical object (the fast route compares identity); OptionError otherwise."""
+    if type(value) is not str or value not in READONLY:  # (``in`` on an array would compare elementwise)
+        what = repr(value) if isinstance(value, (str, int, float, type(None))) else f"a {_type_name(value)}"
+        raise OptionError(
+            f'{where}={what} is not a read-only choice; expected "keep" (a read-only source stays read-only: '
+            'ReadOnlyError where the consumer cannot hold it, unless copy=True) or "drop" (shared as a writable '
+            "array you must not write to)"
+        )
+    return READONLY[READONLY.index(value)]
 
 
 def _type_name(value: object) -> str:

@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
 from ._api import convert
-from ._options import NOT_GIVEN
+from ._options import NOT_GIVEN, Readonly
 
 if TYPE_CHECKING:
     import cupy
@@ -35,41 +35,42 @@ Index: TypeAlias = "tuple[slice, ...]"
 @overload
 def shards(x: jax.Array | Any, to: Literal["torch", "pytorch"], /, *, fallback: FallbackOption = ...,
            dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
-           copy: bool | None = ...) -> list[tuple[Index, torch.Tensor]]: ...  # fmt: skip
+           copy: bool | None = ..., readonly: Readonly = ...) -> list[tuple[Index, torch.Tensor]]: ...  # fmt: skip
 @overload
 def shards(x: jax.Array | Any, to: Literal["cupy"], /, *, fallback: FallbackOption = ...,
            dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
-           copy: bool | None = ...) -> list[tuple[Index, cupy.ndarray]]: ...  # fmt: skip
+           copy: bool | None = ..., readonly: Readonly = ...) -> list[tuple[Index, cupy.ndarray]]: ...  # fmt: skip
 @overload
 def shards(x: jax.Array | Any, to: Literal["jax", "jax.numpy"], /, *, fallback: FallbackOption = ...,
            dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
-           copy: bool | None = ...) -> list[tuple[Index, jax.Array]]: ...  # fmt: skip
+           copy: bool | None = ..., readonly: Readonly = ...) -> list[tuple[Index, jax.Array]]: ...  # fmt: skip
 @overload
 def shards(x: jax.Array | Any, to: Literal["numpy", "np"], /, *, fallback: FallbackOption = ...,
            dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
-           copy: bool | None = ...) -> list[tuple[Index, numpy.ndarray[Any, Any]]]: ...  # fmt: skip
+           copy: bool | None = ..., readonly: Readonly = ...) -> list[tuple[Index, numpy.ndarray[Any, Any]]]: ...  # fmt: skip
 @overload
 def shards(x: jax.Array | Any, to: Literal["tensorflow", "tf"], /, *, fallback: FallbackOption = ...,
            dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
-           copy: bool | None = ...) -> list[tuple[Index, tensorflow.Tensor]]: ...  # fmt: skip
+           copy: bool | None = ..., readonly: Readonly = ...) -> list[tuple[Index, tensorflow.Tensor]]: ...  # fmt: skip
 @overload
 def shards(x: jax.Array | Any, to: Literal["paddle"], /, *, fallback: FallbackOption = ...,
            dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
-           copy: bool | None = ...) -> list[tuple[Index, paddle.Tensor]]: ...  # fmt: skip
+           copy: bool | None = ..., readonly: Readonly = ...) -> list[tuple[Index, paddle.Tensor]]: ...  # fmt: skip
 @overload
 def shards(x: jax.Array | Any, to: str | ModuleType, /, *, fallback: FallbackOption = ...,
            dtype: DTypeLike | None = ..., device: DeviceLike | None = ...,
-           copy: bool | None = ...) -> list[tuple[Index, Any]]: ...  # fmt: skip
+           copy: bool | None = ..., readonly: Readonly = ...) -> list[tuple[Index, Any]]: ...  # fmt: skip
 def shards(x: jax.Array | Any, to: str | ModuleType, /, *, fallback: FallbackOption = NOT_GIVEN,
            dtype: DTypeLike | None = None, device: DeviceLike | None = None,
-           copy: bool | None = None) -> list[tuple[Index, Any]]:  # fmt: skip
+           copy: bool | None = None, readonly: Readonly = "keep") -> list[tuple[Index, Any]]:  # fmt: skip
     """Each addressable shard of the JAX array ``x`` handed to framework ``to``, as ``(index, array)``.
 
     ``index`` is the shard's ``shard.index``: one slice per dimension into ``x``'s global shape.
     The list is in the order of ``x.addressable_shards`` (one entry per device: a replicated
     dimension gives several entries with the same index, each over its own device's buffer).
     Each shard converts as ``dlbridge.convert(shard.data, to, ...)`` with these options: zero-copy
-    where the target can hold it. For ``to="jax"`` each shard stays on its own device unless
+    where the target can hold it (shards are JAX arrays, read-only: a target without read-only arrays,
+    torch, needs ``copy=True`` or ``readonly="drop"``, as ``convert`` says). For ``to="jax"`` each shard stays on its own device unless
     ``device=`` is given. A single-device array gives one entry covering all of it. Only this
     process's (addressable) shards are listed. ``dlbridge.from_shards`` rebuilds the sharded array.
 
@@ -80,7 +81,8 @@ def shards(x: jax.Array | Any, to: str | ModuleType, /, *, fallback: FallbackOpt
 
     target = adapter_named(to)  # an unknown target is an OptionError before anything else
     return [
-        (index, convert(data, target.name, fallback=fallback, dtype=dtype, device=where, copy=copy))
+        (index, convert(data, target.name, fallback=fallback, dtype=dtype, device=where, copy=copy,
+                        readonly=readonly))
         for index, data, where in addressable(x, target, device, "dlbridge.shards(x, to)")
     ]
 

@@ -104,7 +104,7 @@ class Spec:
     cols: int = 3
     flip: int = 0  # negative: 0 both axes, 1 columns only, 2 rows only
     seed: int = 0
-    readonly: bool = False  # numpy and ctypes
+    readonly: bool = False  # numpy and ctypes (JAX sources are read-only always)
     lead: int = 0  # ctypes: elements before the first one (a byte_offset off JAX's 64-byte alignment)
     null_strides: bool = False  # ctypes, contiguous: NULL strides (C order, legal before DLPack 1.2)
     device: tuple[int, int] = (1, 0)  # ctypes: (3, 0) is pinned host memory
@@ -169,9 +169,9 @@ def build(spec: Spec) -> Source:
         t = torch_from(full)
         t = {"contiguous": t, "transposed": t.T, "sliced": t[1:, 2:]}[spec.layout]
         return Source(spec, t, name, raw, shape, t.data_ptr(), lambda: bits_of(t))
-    if spec.kind == "jax":  # JAX arrays are dense: its "layouts" are fresh arrays
+    if spec.kind == "jax":  # JAX arrays are dense: its "layouts" are fresh arrays; read-only (immutable), always
         j = jax_cpu(np.ascontiguousarray(view))
-        return Source(spec, j, name, raw, shape, j.unsafe_buffer_pointer(), lambda: bits_of(j))
+        return Source(spec, j, name, raw, shape, j.unsafe_buffer_pointer(), lambda: bits_of(j), readonly=True)
     assert spec.kind == "ctypes", spec
     itemsize = view.dtype.itemsize
     strides = None if spec.null_strides else tuple(s // itemsize for s in view.strides)

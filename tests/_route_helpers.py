@@ -73,9 +73,9 @@ def outcome(call: Callable[[], Any], x: Any) -> tuple[Any, ...]:
 
 
 def pipeline(x: Any, to: str, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None, copy: Any = None,
-             stream: Any = None) -> Any:  # fmt: skip
+             stream: Any = None, readonly: Any = "keep") -> Any:  # fmt: skip
     """The full pipeline, without the route."""
-    return _convert(x, ADAPTERS[to], resolve_fallback(fallback), dtype, device, copy, stream)
+    return _convert(x, ADAPTERS[to], resolve_fallback(fallback), dtype, device, copy, stream, readonly=readonly)
 
 
 @contextmanager
@@ -86,9 +86,9 @@ def counting_declines() -> Iterator[Counter[str]]:
     counts: Counter[str] = Counter()
     pipeline = _route._convert
 
-    def counted(x: Any, target: Any, *args: Any) -> Any:
+    def counted(x: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
         counts[target.name] += 1
-        return pipeline(x, target, *args)
+        return pipeline(x, target, *args, **kwargs)
 
     _route._convert = counted  # type: ignore[assignment]
     try:

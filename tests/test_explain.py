@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from itertools import product
 
 import pytest
 
@@ -59,22 +60,21 @@ def _check_pair(producer: str, consumer: str) -> tuple[int, list[str]]:
                 src = make_source(producer, "cpu", reference(dtype), layout)
             except Exception:
                 continue  # the producer cannot make it (the report lists these as not made)
-            for fallback in ("raise", "view", "upcast"):
-                for copy in (None, False, True):
-                    options = {"fallback": fallback, "copy": copy}
-                    record = dlbridge.explain(src, consumer, **options)
-                    error, out = _outcome(src, consumer, **options)
-                    compared += 1
-                    case = f"{producer} {dtype} {layout} -> {consumer} {options}"
-                    if error is not record.error:
-                        got = error.__name__ if error else "a result"
-                        wrong.append(f"{case}: explain said {record}, convert gave {got}: {out}")
-                    elif error is None:
-                        shares = ADAPTERS[consumer].data_ptr(out) == src_ptr(src)
-                        if shares != record.shares:
-                            wrong.append(
-                                f"{case}: explain said shares={record.shares} ({record}); result shares={shares}"
-                            )
+            # readonly="drop" where the source is read-only (a read-only view, or an immutable producer's array)
+            choices = ("keep", "drop") if layout == "readonly" or not REPORTED[producer].mutable_arrays else ("keep",)
+            for fallback, copy, readonly in product(("raise", "view", "upcast"), (None, False, True), choices):
+                options = {"fallback": fallback, "copy": copy, "readonly": readonly}
+                record = dlbridge.explain(src, consumer, **options)
+                error, out = _outcome(src, consumer, **options)
+                compared += 1
+                case = f"{producer} {dtype} {layout} -> {consumer} {options}"
+                if error is not record.error:
+                    got = error.__name__ if error else "a result"
+                    wrong.append(f"{case}: explain said {record}, convert gave {got}: {out}")
+                elif error is None:
+                    shares = ADAPTERS[consumer].data_ptr(out) == src_ptr(src)
+                    if shares != record.shares:
+                        wrong.append(f"{case}: explain said shares={record.shares} ({record}); result shares={shares}")
     return compared, wrong
 
 

@@ -34,7 +34,7 @@ def test_raise_is_the_default_and_happens_before_the_consumer_sees_the_capsule()
 
 def test_view_shares_memory_and_keeps_the_bits() -> None:
     x = _b11()
-    v = dlbridge.to_torch(x, fallback="view")
+    v = dlbridge.to_torch(x, fallback="view", readonly="drop")
     assert v.dtype == torch.uint8
     assert v.data_ptr() == x.unsafe_buffer_pointer()
     np.testing.assert_array_equal(v.numpy(), np.asarray(x).view(np.uint8))
@@ -42,7 +42,7 @@ def test_view_shares_memory_and_keeps_the_bits() -> None:
 
 def test_view_remembers_its_logical_dtype_onward() -> None:
     x = _b11()
-    v = dlbridge.to_torch(x, fallback="view")
+    v = dlbridge.to_torch(x, fallback="view", readonly="drop")
     back = dlbridge.to_jax(v)
     assert back.dtype == jnp.float8_e4m3b11fnuz
     assert back.unsafe_buffer_pointer() == v.data_ptr()
@@ -82,7 +82,7 @@ def test_the_record_dies_with_the_view() -> None:
 
     x = _b11()
     before = _logical.live()
-    v = dlbridge.to_torch(x, fallback="view")
+    v = dlbridge.to_torch(x, fallback="view", readonly="drop")
     assert _logical.live() == before + 1
     again = np.asarray(x).view(np.uint8)  # another object over the same memory: never relabelled
     assert again.ctypes.data == v.data_ptr() and dlbridge.to_numpy(again).dtype == np.uint8
@@ -147,10 +147,10 @@ def test_process_default_and_context_manager() -> None:
     assert dlbridge.get_default_fallback() == "raise"
     previous = dlbridge.set_default_fallback("view")
     try:
-        assert dlbridge.to_torch(_b11()).dtype == torch.uint8
+        assert dlbridge.to_torch(_b11(), readonly="drop").dtype == torch.uint8  # (JAX arrays are read-only)
         with dlbridge.fallback_policy("upcast"):
             assert dlbridge.to_torch(_b11()).dtype == torch.float32
-            assert dlbridge.to_torch(_b11(), fallback="view").dtype == torch.uint8  # the call wins
+            assert dlbridge.to_torch(_b11(), fallback="view", readonly="drop").dtype == torch.uint8  # the call wins
         assert dlbridge.get_default_fallback() == "view"
     finally:
         dlbridge.set_default_fallback(previous)

@@ -161,9 +161,9 @@ def test_a_declined_export_is_handed_to_the_pipeline(monkeypatch: pytest.MonkeyP
     real_export, real_convert = dlbridge._pipeline._stage._export, _route._convert
     monkeypatch.setattr(dlbridge._pipeline._stage, "_export", lambda *a: exports.append(1) or real_export(*a))
 
-    def counted(x: Any, target: Any, *args: Any) -> Any:
+    def counted(x: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
         handed.append(args[5] if len(args) > 5 else None)
-        return real_convert(x, target, *args)
+        return real_convert(x, target, *args, **kwargs)
 
     monkeypatch.setattr(_route, "_convert", counted)
     if case == "read-only":

@@ -20,7 +20,7 @@ from tests.conftest import caps_of, need, run_child
 def test_body_sees_target_and_result_goes_back(source: str, target: str) -> None:
     seen = []
 
-    @dlbridge.guard(target)
+    @dlbridge.guard(target, readonly="drop")  # (JAX arguments are read-only; the body only reads them)
     def double(x):
         seen.append(framework(x))
         return x + x
@@ -407,7 +407,7 @@ def test_a_genuine_uint8_argument_beside_a_view_keeps_new_results_uint8() -> Non
     y = jax_cpu([0.5, -1.0, 2.0, 0.25], dtype="float8_e4m3b11fnuz")  # torch: a uint8 view
     mask = torch.tensor([1, 2, 3, 4], dtype=torch.uint8, device="cpu")
 
-    @dlbridge.guard("torch", fallback="view")
+    @dlbridge.guard("torch", fallback="view", readonly="drop")  # (y is a JAX array: read-only)
     def scaled(m, v):
         return m * 2, v.clone()
 
@@ -415,7 +415,7 @@ def test_a_genuine_uint8_argument_beside_a_view_keeps_new_results_uint8() -> Non
     assert doubled.dtype == torch.uint8 and doubled.tolist() == [2, 4, 6, 8]
     assert copied.dtype == torch.uint8  # ambiguous too: the bits stay, the dtype is the body's
 
-    @dlbridge.guard("torch", fallback="view")
+    @dlbridge.guard("torch", fallback="view", readonly="drop")
     def copied_only(v):
         return v.clone()
 

@@ -1,13 +1,17 @@
 """What dlbridge cannot prevent, pinned as the README documents it (native DLPack does the same).
 
-A torch tensor made from a JAX array is a writable alias of memory JAX treats as immutable:
-writes show through the JAX array, but a jitted function that captured the array as a constant
-keeps the old values. A JAX array made from a torch tensor or NumPy array shares the source's
+JAX arrays are read-only: torch has no read-only tensors, so ``to_torch(jax_array)`` raises
+ReadOnlyError unless ``copy=True`` or ``readonly="drop"``. With ``readonly="drop"`` (as with
+``torch.from_dlpack``) the tensor is a writable alias of memory JAX treats as immutable: writes show
+through the JAX array, but a jitted function that captured the array as a constant keeps the old
+values. A JAX array made from a torch tensor or NumPy array shares the source's
 memory, so writing the source changes the JAX array (and can race with JAX work already queued:
 JAX dispatches asynchronously).
 """
 
 from __future__ import annotations
+
+import pytest
 
 import dlbridge
 from tests._arrays import jax_cpu
@@ -18,9 +22,11 @@ jax = need("jax")
 jnp = jax.numpy
 
 
-def test_torch_from_jax_is_a_writable_alias() -> None:
+def test_torch_from_jax_is_a_writable_alias_only_when_asked() -> None:
     x = jax_cpu(jnp.arange(16, dtype=jnp.float32))
-    t = dlbridge.to_torch(x)
+    with pytest.raises(dlbridge.ReadOnlyError, match=r'JAX arrays are immutable.*copy=True.*readonly="drop"'):
+        dlbridge.to_torch(x)
+    t = dlbridge.to_torch(x, readonly="drop")
     assert t.data_ptr() == x.unsafe_buffer_pointer() and t.dtype == torch.float32
     t[0] = 100.0  # torch has no read-only tensors: nothing stops the write
     assert float(x[0]) == 100.0  # the "immutable" JAX array changed
@@ -32,7 +38,7 @@ def test_jitted_constant_does_not_see_writes_through_the_alias() -> None:
     x = jax_cpu(jnp.arange(16, dtype=jnp.float32))
     constant = jax.jit(lambda: x * 2)  # x captured as a constant of the compiled function
     assert float(constant()[0]) == 0.0
-    dlbridge.to_torch(x)[0] = 100.0
+    dlbridge.to_torch(x, readonly="drop")[0] = 100.0  # what readonly="drop" leaves to the caller
     assert float(x[0]) == 100.0
     assert float(constant()[0]) == 0.0  # stale: JAX assumed x could never change
     assert float(jax.jit(lambda y: y * 2)(x)[0]) == 200.0  # passed as an argument, it is read anew

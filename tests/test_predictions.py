@@ -129,12 +129,13 @@ def test_a_producer_that_exports_readonly_arrays_legacy_is_not_refused() -> None
 
 def test_readonly_source_predictions_follow_the_producer() -> None:
     """A read-only source for a consumer that reads only legacy capsules and has no read-only arrays
-    (Warp): refused where its producer refuses the legacy export (NumPy, Arrow), converted where the
-    producer exports it unflagged (JAX 0.12). Into JAX itself (immutable arrays): read-only."""
+    (Warp): refused where its producer refuses the legacy export (NumPy, Arrow), and refused where the
+    producer exports it unflagged (JAX): JAX arrays are read-only all the same. Into JAX itself
+    (immutable arrays): read-only."""
     need("warp")
     need("jax")
     caps = {**_caps("warp"), **_caps("jax")}
-    for producer, want in (("numpy", "ReadOnlyError"), ("pyarrow", "ReadOnlyError"), ("jax", "ok")):
+    for producer, want in (("numpy", "ReadOnlyError"), ("pyarrow", "ReadOnlyError"), ("jax", "ReadOnlyError")):
         cell = Cell(producer, "cpu", "warp", "float32", readonly_source=True)
         predict_layout(cell, caps, DEVICE_CODE)
         assert cell.predicted_dlbridge == want, producer

@@ -40,7 +40,8 @@ def test_sliced_array_is_shared_at_its_offset() -> None:
 
 def test_consumers_that_cannot_hold_read_only_arrays_refuse_without_copy() -> None:
     arr = pa.array([1.5, 2.5, 3.5], type=pa.float32())
-    with pytest.raises(dlbridge.ReadOnlyError, match=r"read-only and torch arrays cannot be.*copy=True"):
+    with pytest.raises(dlbridge.ReadOnlyError, match=r"read-only \(Apache Arrow arrays are immutable\) and torch arrays "
+                                                     r'cannot be.*copy=True.*readonly="drop"'):
         dlbridge.to_torch(arr)
     copied = dlbridge.to_torch(arr, copy=True)
     assert copied.data_ptr() != values_address(arr)
@@ -61,16 +62,23 @@ def test_legacy_only_consumers_never_get_the_memory_writable(target: str) -> Non
     np.testing.assert_array_equal(back, [1.0, 2.0, 3.0])
 
 
-def test_mutable_tensor_is_shared_writable() -> None:
+def test_mutable_tensor_is_read_only_unless_dropped() -> None:
+    """Arrow arrays are immutable, a Tensor over writable memory (is_mutable) too: read-only in NumPy,
+    refused by torch and ONNX Runtime (a legacy capsule) unless readonly="drop" shares it writable."""
     need("onnxruntime")
     host = np.arange(6, dtype=np.float32).reshape(2, 3)
     tensor = pa.Tensor.from_numpy(host)
     assert tensor.is_mutable
-    out = dlbridge.to_torch(tensor)
+    viewed = dlbridge.to_numpy(tensor)
+    assert viewed.ctypes.data == host.ctypes.data and not viewed.flags.writeable
+    for convert in (dlbridge.to_torch, dlbridge.to_onnxruntime):
+        with pytest.raises(dlbridge.ReadOnlyError, match=r'Apache Arrow arrays are immutable.*readonly="drop"'):
+            convert(tensor)
+    out = dlbridge.to_torch(tensor, readonly="drop")
     assert out.data_ptr() == host.ctypes.data
     out[0, 0] = 7.0
     assert host[0, 0] == 7.0
-    legacy = dlbridge.to_onnxruntime(tensor)  # legacy capsule: fine for a mutable tensor
+    legacy = dlbridge.to_onnxruntime(tensor, readonly="drop")  # its legacy capsule, shared
     assert legacy.data_ptr() == host.ctypes.data
 
 
@@ -92,7 +100,7 @@ def test_column_major_tensor_into_row_major_consumer_is_copied_densely() -> None
     tensor = pa.Tensor.from_numpy(host)
     out = dlbridge.to_onnxruntime(tensor)
     np.testing.assert_array_equal(out.numpy(), host)
-    shared = dlbridge.to_torch(tensor)  # torch takes the strides: shared
+    shared = dlbridge.to_torch(tensor, readonly="drop")  # torch takes the strides: shared
     assert shared.data_ptr() == host.ctypes.data and shared.stride() == (1, 3)
 
 

@@ -74,12 +74,14 @@ def test_immutable_arrays_are_read_only_and_copy_true_gives_the_values(target: s
         np.testing.assert_array_equal(np.asarray(src.to_numpy()), want)  # the source as it was
 
 
-def test_a_mutable_tensor_is_shared_writable_on_every_version() -> None:
+def test_a_mutable_tensor_is_read_only_unless_dropped_on_every_version() -> None:
     torch = need("torch")
     host = np.arange(6, dtype=np.float32).reshape(2, 3)
     tensor = pa.Tensor.from_numpy(host)
     for _ in range(2):
-        out = dlbridge.to_torch(tensor)
+        with pytest.raises(dlbridge.ReadOnlyError, match=r'Apache Arrow arrays are immutable.*readonly="drop"'):
+            dlbridge.to_torch(tensor)
+        out = dlbridge.to_torch(tensor, readonly="drop")
         assert out.dtype == torch.float32 and out.data_ptr() == host.ctypes.data
     out[0, 0] = 7.0
     assert host[0, 0] == 7.0

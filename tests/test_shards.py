@@ -96,7 +96,7 @@ def test_shards_hand_over_each_shard_zero_copy_with_its_index(path: str, case: s
     assert [_idx(s.index) for s in x.addressable_shards] == want["indices"]
     assert [s.device.id for s in x.addressable_shards] == [0, 1, 2, 3]
     own = [s.data.unsafe_buffer_pointer() for s in x.addressable_shards]
-    parts = dlbridge.shards(x, to)
+    parts = dlbridge.shards(x, to, readonly="drop")  # (JAX arrays are read-only: torch shares them so)
     assert type(parts) is list and [_idx(i) for i, _ in parts] == want["indices"]  # x.addressable_shards order
     assert [_ptr(a) == p for (_, a), p in zip(parts, own)] == [True] * 4  # each part is its shard's own buffer
     assert {str(a.dtype).removeprefix("torch.") for _, a in parts} == {want["dtype"]}
@@ -110,7 +110,7 @@ def test_shards_hand_over_each_shard_zero_copy_with_its_index(path: str, case: s
 @pytest.mark.parametrize("to", ["torch", "numpy", "jax"])
 def test_from_shards_rebuilds_the_sharded_array(path: str, case: str, to: str) -> None:
     x, want = _case(case), _CASES[case]
-    parts = dlbridge.shards(x, to)
+    parts = dlbridge.shards(x, to, readonly="drop")  # (JAX arrays are read-only: torch shares them so)
     back = dlbridge.from_shards(parts, x.sharding, copy=True if to == "numpy" else None)
     assert (np.asarray(back) == np.asarray(x)).all() and back.sharding == x.sharding
     assert str(back.dtype) == want["dtype"] and list(back.shape) == want["shape"]
@@ -125,7 +125,7 @@ def test_converting_a_sharded_array_whole_is_refused_naming_shards_and_a_gathere
 
     x = _case("1d_f32")
     plain = jax_cpu(jnp.arange(4, dtype=jnp.float32))
-    dlbridge.to_torch(plain), dlbridge.to_torch(plain)  # the fast route has learnt ArrayImpl float32 -> torch
+    dlbridge.to_torch(plain, readonly="drop"), dlbridge.to_torch(plain, readonly="drop")  # the fast route has learnt ArrayImpl float32 -> torch
     r = {
         "to_torch": _err(lambda: dlbridge.to_torch(x)),
         "to_torch_again": _err(lambda: dlbridge.to_torch(x)),
@@ -164,7 +164,7 @@ def test_the_child_runs_the_path_it_was_given(path: str) -> None:
 def _bad(key: str) -> str:
     """What ``from_shards`` says for a bad input (``key``), over a sharded float32[8, 4]."""
     y = _case("2d_replicated_b")
-    good = dlbridge.shards(y, "torch")
+    good = dlbridge.shards(y, "torch", readonly="drop")
     f16 = [(i, t.half() if k == 1 else t) for k, (i, t) in enumerate(good)]
     calls = {
         "missing_device": lambda: dlbridge.from_shards(good[:3], y.sharding),
@@ -201,7 +201,7 @@ def test_from_shards_names_what_is_wrong(path: str, key: str, kind: str, says: s
 @pytest.mark.parametrize("path", PATHS)
 def test_from_shards_takes_the_global_shape(path: str) -> None:
     y = _case("2d_replicated_b")
-    good = dlbridge.shards(y, "torch")
+    good = dlbridge.shards(y, "torch", readonly="drop")
     assert (np.asarray(dlbridge.from_shards(good, y.sharding, shape=(8, 4))) == np.asarray(y)).all()
 
 
@@ -211,7 +211,7 @@ def test_from_shards_takes_the_global_shape(path: str) -> None:
 def test_a_single_device_array_is_one_shard_covering_it() -> None:
     jnp = need("jax.numpy")
     x = jax_cpu(jnp.arange(6, dtype=jnp.float32)).reshape(2, 3)
-    parts = dlbridge.shards(x, "torch")
+    parts = dlbridge.shards(x, "torch", readonly="drop")
     assert len(parts) == 1
     ((index, t),) = parts
     assert index == (slice(None), slice(None)) and t.data_ptr() == x.unsafe_buffer_pointer()
@@ -271,7 +271,7 @@ def test_readme_example_runs_as_written() -> None:
 def test_a_zero_dimensional_array_round_trips() -> None:
     jnp = need("jax.numpy")
     x = jax_cpu(jnp.float32(2.5))
-    ((index, t),) = dlbridge.shards(x, "torch")
+    ((index, t),) = dlbridge.shards(x, "torch", readonly="drop")
     assert index == () and t.shape == () and t.item() == 2.5
     back = dlbridge.from_shards([(index, t)], x.sharding)
     assert back.shape == () and float(back) == 2.5
@@ -301,3 +301,18 @@ def test_a_replicated_gpu_index_takes_the_part_already_on_that_gpu() -> None:
     assert _nearest([0, 1], pairs, Dev("gpu", 1)) == 1
     assert _nearest([0, 1], pairs, Dev("gpu", 7)) == 0  # none there: the first (a copy)
     assert _nearest([0, 1, 2], pairs, Dev("cpu", 2)) == 0
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_shards_keep_the_read_only_rule_and_take_readonly(path: str) -> None:
+    """JAX shards are read-only: into torch refused by default naming both fixes; readonly="drop" shares
+    each shard's memory; copy=True copies."""
+    x = _case("1d_f32")
+    with pytest.raises(dlbridge.ReadOnlyError, match=r'JAX arrays are immutable.*copy=True.*readonly="drop"'):
+        dlbridge.shards(x, "torch")
+    shared = dlbridge.shards(x, "torch", readonly="drop")
+    assert {t.data_ptr() for _, t in shared} == {s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
+    copied = dlbridge.shards(x, "torch", copy=True)
+    assert not {t.data_ptr() for _, t in copied} & {s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
+    with pytest.raises(dlbridge.OptionError, match="not a read-only choice"):
+        dlbridge.shards(x, "torch", readonly="yes")  # type: ignore[arg-type]

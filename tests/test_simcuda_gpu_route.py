@@ -11,6 +11,8 @@ give the same result with the same handshake (the differential test). Runs in a 
 
 from __future__ import annotations
 
+from functools import partial
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -97,6 +99,12 @@ def _result(out, target: str) -> tuple[str, bytes, int, int]:
     return str(host.dtype), host.tobytes(), out.unsafe_buffer_pointer(), 0
 
 
+def _readonly(producer: str, target: str) -> str:
+    """readonly= for the pair: JAX arrays are immutable, so torch and CuPy (no read-only arrays) share them
+    only as readonly="drop" asks (dlbridge/_pipeline/_handoff.py ``_import_record``)."""
+    return "drop" if producer == "jax" and target != "jax" else "keep"
+
+
 def _use_stream(sim: Sim, target: str) -> None:
     if target == "torch":
         sim.torch_cuda.current[0] = STREAM
@@ -121,7 +129,8 @@ def test_a_warm_cuda_conversion_exports_once_and_waits_only_when_the_streams_dif
         pytest.skip("JAX reads on a stream of its own choosing: the streams always differ")
     ref = torch.arange(8).to(getattr(torch, dtype))
     x, ptr = _source(sim, producer, ref)
-    to = getattr(dlbridge, f"to_{target}")
+    convert = getattr(dlbridge, f"to_{target}")
+    to = partial(convert, readonly=_readonly(producer, target))
     to(x)  # the pipeline converts it and the route learns
     if streams == "different":
         _use_stream(sim, target)
@@ -153,8 +162,9 @@ def test_the_compiled_route_the_python_route_and_the_pipeline_agree(sim, produce
     ref = torch.arange(8).to(getattr(torch, dtype))
     x, ptr = _source(sim, producer, ref)
     spec = _learn.SPECS[target]
-    getattr(dlbridge, f"to_{target}")(x)  # warm
-    args = (x, NOT_GIVEN, None, None, None, None)
+    readonly = _readonly(producer, target)
+    getattr(dlbridge, f"to_{target}")(x, readonly=readonly)  # warm
+    args = (x, NOT_GIVEN, None, None, None, None, readonly)
     runs = {"python": lambda: _replay._convert_py(spec, *args), "pipeline": lambda: _replay._pipeline(spec, *args)}
     if _accelerator.accel is not None:  # (without it, the other two)
         runs["compiled"] = lambda: _accelerator.accel.convert(spec, *args)
@@ -167,6 +177,20 @@ def test_the_compiled_route_the_python_route_and_the_pipeline_agree(sim, produce
         seen[name] = (_result(out, target), streams[0] is None or target == "jax" or streams[0])
     assert seen.get("compiled", seen["python"]) == seen["python"], seen
     assert seen["python"][0] == seen["pipeline"][0] == (dtype, _values(ref).tobytes(), ptr, 0), seen
+
+
+@pytest.mark.parametrize("target", ["torch", "cupy"])
+def test_a_cuda_jax_array_is_refused_by_default_warm_or_cold(sim, target):
+    """The read-only rule on the GPU half too: JAX arrays are immutable, so the default refuses them
+    every time (cold and after a readonly="drop" conversion taught the route) and leaves them as they were."""
+    ref = torch.arange(8).to(torch.float32)
+    x, ptr = _source(sim, "jax", ref)
+    to = getattr(dlbridge, f"to_{target}")
+    for _ in range(2):
+        with pytest.raises(dlbridge.ReadOnlyError, match=r'JAX arrays are immutable.*readonly="drop"'):
+            to(x)
+        assert _result(to(x, readonly="drop"), target) == ("float32", _values(ref).tobytes(), ptr, 0)
+    assert _result(x, "jax")[1:] == (_values(ref).tobytes(), ptr, 0)  # the source as it was
 
 
 def test_torch_on_another_stream_is_handed_the_consumers_with_its_own_handshake(sim, pipeline):

@@ -396,7 +396,7 @@ def test_capsules_are_read_in_one_place() -> None:
 
 
 # Admission fields: what a capsule must say for a stored route to replay its record (decide's Admission).
-_ADMISSION_FIELDS = ("triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align")
+_ADMISSION_FIELDS = ("triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align", "clear_readonly")
 # Capability fields and adapter rules the route would re-derive a decision from, were it to read them.
 _RULES = ("readonly_arrays", "offset_needs_strides", "import_alignment", "copies_unaligned", "c_strides",
           "row_major_only", "needs_dense")  # fmt: skip
@@ -413,7 +413,7 @@ def test_the_route_replays_its_record_and_decides_nothing() -> None:
     missing = [f for f in _ADMISSION_FIELDS if f"replay.{f}" not in replay_py]
     assert not missing, f"the Python route does not compare the admission's {missing}"
     route_c = "".join((PACKAGE / "_csrc" / f).read_text(encoding="utf-8") for f in ("route.c", "steps.c", "gpu.c"))
-    missing = [f for f in _ADMISSION_FIELDS if f"r->{f}" not in route_c]
+    missing = [f for f in _ADMISSION_FIELDS if f"r->{f}" not in route_c and f"c->replay->{f}" not in route_c]
     assert not missing, f"the compiled route does not compare the admission's {missing}"
     assert "state->align" not in route_c and "state->readonly_ok" not in route_c
 
@@ -432,7 +432,7 @@ def test_the_route_follows_the_admission_in_its_record(monkeypatch: pytest.Monke
     key, replay = next((k, r) for k, r in state.routes.items() if r is not None and r.triple == 0x1_20_02)
     calls: list[object] = []
     real = route._convert
-    monkeypatch.setattr(route, "_convert", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(route, "_convert", lambda *a, **kw: calls.append(a) or real(*a, **kw))
     dlbridge.to_torch(x)
     assert calls == [], "the stored route did not replay"
     strict = replay.record._replace(admits=replay.record.admits._replace(align=1 << 20))

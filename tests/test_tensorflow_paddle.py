@@ -171,7 +171,13 @@ def test_cell(producer: str, consumer: str, dtype: str, layout: str) -> None:
             CONVERT[consumer](src)
         return
 
-    out = CONVERT[consumer](src)
+    # JAX arrays are read-only (immutable): a consumer without read-only arrays (torch, Paddle) is refused
+    # by default and shares them with readonly="drop"; the others hold them read-only either way.
+    readonly = "drop" if producer == "jax" else "keep"
+    if producer == "jax" and consumer in ("torch", "paddle"):
+        with pytest.raises(dlbridge.ReadOnlyError, match=r'JAX arrays are immutable.*readonly="drop"'):
+            CONVERT[consumer](src)
+    out = CONVERT[consumer](src, readonly=readonly)
 
     assert dtype_of(consumer, out) == dtype
     assert tuple(out.shape) == expected.shape

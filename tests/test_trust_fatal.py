@@ -123,21 +123,21 @@ def test_at_the_consumers_import(exc: type[BaseException], warmth: str) -> None:
 @pytest.mark.parametrize("method", ["__dlpack__", "__dlpack_device__"])
 def test_at_a_known_producers_export(exc: type[BaseException], warmth: str, method: str) -> None:
     jnp = need("jax").numpy
-    x = jnp.arange(8, dtype=jnp.float32)
+    x = jnp.arange(8, dtype=jnp.float32)  # shared as torch reads it (readonly="drop": JAX arrays are immutable)
     cls = type(x)
     inject = Injector()
     with _patched(cls, method, inject.wrap(getattr(cls, method))):
         _fresh("torch")
         if warmth == "warm":
-            _warm(lambda: dlbridge.to_torch(x), "torch")
+            _warm(lambda: dlbridge.to_torch(x, readonly="drop"), "torch")
             if method == "__dlpack_device__":  # the route exports a CPU array without asking it
-                _raises_unchanged(inject.arm(exc), lambda: dlbridge.to_torch(x), inject)
+                _raises_unchanged(inject.arm(exc), lambda: dlbridge.to_torch(x, readonly="drop"), inject)
         else:
-            _raises_unchanged(inject.arm(exc), lambda: dlbridge.to_torch(x))
+            _raises_unchanged(inject.arm(exc), lambda: dlbridge.to_torch(x, readonly="drop"))
         if method == "__dlpack__" or warmth == "cold":
-            _raises_unchanged(inject.arm(exc), lambda: dlbridge.to_torch(x))
+            _raises_unchanged(inject.arm(exc), lambda: dlbridge.to_torch(x, readonly="drop"))
         _raises_unchanged(inject.arm(exc), lambda: dlbridge.inspect(x))
-        assert dlbridge.to_torch(x).tolist() == list(range(8))
+        assert dlbridge.to_torch(x, readonly="drop").tolist() == list(range(8))
 
 
 class _Flaky(CtypesArray):

@@ -72,7 +72,7 @@ def test_view_copied_by_the_consumer_on_import_keeps_its_dtype() -> None:
     t = _fp4(65)[1:]  # 1 byte past a 64-byte boundary: JAX copies it on import
     j = dlbridge.to_jax(t, fallback="view")
     assert j.dtype == jnp.uint8 and j.unsafe_buffer_pointer() != t.data_ptr()
-    back = dlbridge.to_torch(j)
+    back = dlbridge.to_torch(j, readonly="drop")  # (JAX arrays are read-only)
     assert back.dtype == torch.float4_e2m1fn_x2 and back.data_ptr() == j.unsafe_buffer_pointer()
     assert back.view(torch.uint8).tolist() == t.view(torch.uint8).tolist()
 
@@ -91,7 +91,7 @@ def test_consumer_copy_leaves_the_source_memory_unlabelled() -> None:
         got = dlbridge.to_torch(fresh)
         assert got.dtype == torch.uint8 and got.data_ptr() == fresh.ctypes.data, f"at {addr:#x}"
         assert got.tolist() == [0x41] * 64
-    assert dlbridge.to_torch(j).dtype == torch.float4_e2m1fn_x2
+    assert dlbridge.to_torch(j, readonly="drop").dtype == torch.float4_e2m1fn_x2  # (JAX arrays are read-only)
 
 
 def test_view_after_set_is_a_plain_array_and_its_old_memory_too() -> None:
@@ -210,7 +210,7 @@ def test_unknown_producers_non_compact_fp4x2_into_jax_with_view_is_a_remembered_
     j = dlbridge.to_jax(p, fallback="view")
     assert j.dtype == jnp.uint8 and j.tolist() == [0x11, 0x13, 0x15, 0x17]
     assert j.unsafe_buffer_pointer() != p.data_ptr  # a dense copy, which JAX's strided import needs
-    back = dlbridge.to_torch(j)
+    back = dlbridge.to_torch(j, readonly="drop")  # (JAX arrays are read-only)
     assert back.dtype == torch.float4_e2m1fn_x2 and back.data_ptr() == j.unsafe_buffer_pointer()
     assert back.view(torch.uint8).tolist() == [0x11, 0x13, 0x15, 0x17]
     del j, back

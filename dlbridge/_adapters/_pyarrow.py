@@ -1,10 +1,12 @@
 """Apache Arrow (pyarrow) as a producer: ``pyarrow.Array`` and ``pyarrow.Tensor`` into any target.
 
-Arrow arrays are immutable. Their ``__dlpack__`` flags versioned capsules READ_ONLY, but a
-legacy capsule (``max_version=None``) cannot say so and comes out writable: for a consumer
-that reads only legacy capsules this adapter refuses the export as read-only, so the pipeline
-raises ReadOnlyError, or with ``copy=True`` exports a writable copy (a ``pyarrow.Tensor`` over
-a NumPy copy). ``pyarrow.Tensor`` refuses legacy export itself when it is immutable ("Legacy
+Arrow arrays are immutable (``mutable_arrays``: read-only whatever their capsules say, see
+``_handoff.decide``). Their ``__dlpack__`` flags versioned capsules READ_ONLY (this adapter flags a
+mutable Tensor's too), but a legacy capsule (``max_version=None``) cannot say so and comes out
+writable: for a consumer that reads only legacy capsules this adapter refuses the export of an
+immutable array as read-only, so the pipeline raises ReadOnlyError, or with ``copy=True`` exports a
+writable copy (a ``pyarrow.Tensor`` over a NumPy copy); a mutable Tensor's legacy capsule is read-only
+memory all the same (``decide``: ``copy=True`` or ``readonly="drop"``). ``pyarrow.Tensor`` refuses legacy export itself when it is immutable ("Legacy
 DLPack support is not implemented for immutable tensors"). ``__dlpack__`` refuses arrays with
 nulls, bit-packed booleans and non-numeric types; ``ChunkedArray`` has none (probe 2026-11-25,
 pyarrow 26.0.1). dlbridge does not convert into pyarrow (no ``to_pyarrow``).
@@ -20,6 +22,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from .._capsule._abi import FLAG_READ_ONLY
+from .._capsule._edit import add_flags
 from .._capsule._read import read
 from .._errors import DLBridgeError, NotAnArrayError, ProducerError
 from ._base import Adapter, Prober, export_capsule
@@ -100,6 +104,10 @@ class PyarrowAdapter(Adapter):  # no FastRoute: the pipeline reads every capsule
         capsule = export_capsule(obj, stream=stream, max_version=max_version)
         if not mutable and not read(capsule).versioned:  # a pyarrow without DLPack 1.0 the rows do not know
             raise BufferError(f"{_describe(obj)} is {_READ_ONLY}")
+        # Arrow arrays are immutable (mutable_arrays): a Tensor over writable memory (is_mutable) is read-only
+        # too, so its capsule says so, as pyarrow's own says for every other Arrow array (probe 2026-11-27,
+        # pyarrow 26.0.1: Tensor.from_numpy(writable).__dlpack__(max_version=(1, 0)) is not flagged READ_ONLY).
+        add_flags(capsule, FLAG_READ_ONLY)
         return capsule
 
     def symbolic_error(self, cls: type) -> DLBridgeError | None:

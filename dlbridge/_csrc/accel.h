@@ -14,7 +14,7 @@
 #include <string.h>
 #include <structmember.h>
 
-#define ACCEL_ABI 5
+#define ACCEL_ABI 6
 
 /* Py_SETREF / Py_XSETREF are not in the limited API before 3.12. */
 #define SETREF(dst, src) do { PyObject *_old = (PyObject *)(dst); (dst) = (src); Py_DECREF(_old); } while (0)
@@ -97,6 +97,7 @@ typedef struct {
     int kind;                 /* EXPORT_*: how CPU arrays are exported */
     int device_type;          /* the device type device_method's id is of; 0: it gives (type, id) */
     int gpu_kind;             /* EXPORT_EXCHANGE (no sync: equal streams only) or EXPORT_METHOD (stream=) */
+    char readonly;            /* its arrays are read-only whatever their capsules say (JAX): READ_ONLY ORed in */
 } ProducerRecord;
 /* A stored route: the record decide() made (dlbridge/_pipeline/_handoff.py), read once when the Replay is
  * made: its Admission (the capsule facts under which the record holds) as C fields, compared as they are. */
@@ -111,6 +112,7 @@ typedef struct {
     int kinds;              /* capsule kinds admitted: KIND_LEGACY | KIND_VERSIONED */
     char readonly_ok;       /* a READ_ONLY capsule admitted */
     char offset_ok;         /* a byte_offset admitted */
+    char clear_readonly;    /* READ_ONLY cleared before the import (readonly="drop") */
 } ReplayRecord;
 enum { KIND_LEGACY = 1, KIND_VERSIONED = 2 };
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
@@ -120,10 +122,11 @@ int records_init(PyObject *module);
 
 /* Set once by configure(). */
 extern PyObject *g_producers;     /* dict: exact type -> Producer */
-extern PyObject *g_pipeline;      /* _route._pipeline(spec, x, fallback, dtype, device, copy, stream) */
+extern PyObject *g_pipeline;      /* _route._pipeline(spec, x, fallback, dtype, device, copy, stream, readonly) */
 extern PyObject *g_views;         /* dict: id(view) -> record (_logical._entries) */
 extern PyObject *g_default;       /* list [fallback name or None]: the default when no scope is open */
-extern PyObject *g_fallbacks;     /* tuple of the fallback names, index = route key bits 32.. */
+extern PyObject *g_fallbacks;     /* tuple of the fallback names, index = route key bits 32..35 */
+extern PyObject *g_readonly;      /* tuple of the readonly= names ("keep", "drop"), index = route key bit 36 */
 extern PyObject *g_not_given;     /* the NOT_GIVEN sentinel */
 extern PyObject *g_get_default;   /* get_default_fallback(): when the cell is None */
 extern PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */

@@ -1,7 +1,7 @@
 /* dlbridge._accel: the compiled fast route. This file: the module (its globals, configure(), init).
  *
  * convert() (route.c) replays a conversion that dlbridge/_route/_replay.py has already decided: a CPU array
- * of a framework's own type, dense C order, no keyword but fallback=. Everything else, and anything
+ * of a framework's own type, dense C order, no keyword but fallback= and readonly=. Everything else, and anything
  * unexpected on the way, goes to the full Python pipeline (_route._pipeline), which makes the same
  * decision with every check and message. So this code holds no framework knowledge and no error
  * messages: it reads what _route.py hands it (State, Producer and Replay records, records.c) and
@@ -17,10 +17,11 @@
 
 /* Set once by configure(). */
 PyObject *g_producers;     /* dict: exact type -> Producer */
-PyObject *g_pipeline;      /* _route._pipeline(spec, x, fallback, dtype, device, copy, stream) */
+PyObject *g_pipeline;      /* _route._pipeline(spec, x, fallback, dtype, device, copy, stream, readonly) */
 PyObject *g_views;         /* dict: id(view) -> record (_logical._entries) */
 PyObject *g_default;       /* list [fallback name or None]: the default when no scope is open */
-PyObject *g_fallbacks;     /* tuple of the fallback names, index = route key bits 32.. */
+PyObject *g_fallbacks;     /* tuple of the fallback names, index = route key bits 32..35 */
+PyObject *g_readonly;      /* tuple of the readonly= names ("keep", "drop"), index = route key bit 36 */
 PyObject *g_not_given;     /* the NOT_GIVEN sentinel */
 PyObject *g_get_default;   /* get_default_fallback(): when the cell is None */
 PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
@@ -32,15 +33,19 @@ PyObject *g_view;          /* "view" */
 PyObject *g_cpu;           /* (1, 0) */
 PyObject *g_carrier_type;
 
-/* configure(producers, views, default_cell, fallbacks, not_given, get_default, pipeline) */
+/* configure(producers, views, default_cell, fallbacks, not_given, get_default, pipeline, readonly) */
 static PyObject *configure(PyObject *module, PyObject *args) {
     (void)module;
-    PyObject *producers, *views, *cell, *fallbacks, *not_given, *get_default, *pipeline;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OOO", &PyDict_Type, &producers, &PyDict_Type, &views, &PyList_Type, &cell,
-                          &PyTuple_Type, &fallbacks, &not_given, &get_default, &pipeline))
+    PyObject *producers, *views, *cell, *fallbacks, *not_given, *get_default, *pipeline, *readonly;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOO!", &PyDict_Type, &producers, &PyDict_Type, &views, &PyList_Type, &cell,
+                          &PyTuple_Type, &fallbacks, &not_given, &get_default, &pipeline, &PyTuple_Type, &readonly))
         return NULL;
     if (PyList_Size(cell) != 1) {
         PyErr_SetString(PyExc_ValueError, "default_cell must hold one item");
+        return NULL;
+    }
+    if (PyTuple_Size(fallbacks) > 15 || PyTuple_Size(readonly) != 2) { /* the route key's bits (route.h) */
+        PyErr_SetString(PyExc_ValueError, "fallbacks must be at most 15 names, readonly two");
         return NULL;
     }
     Py_INCREF(producers);
@@ -50,7 +55,9 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     Py_INCREF(not_given);
     Py_INCREF(get_default);
     Py_INCREF(pipeline);
+    Py_INCREF(readonly);
     XSETREF(g_pipeline, pipeline);
+    XSETREF(g_readonly, readonly);
     XSETREF(g_get_default, get_default);
     XSETREF(g_producers, producers);
     XSETREF(g_views, views);
@@ -62,9 +69,10 @@ static PyObject *configure(PyObject *module, PyObject *args) {
 
 static PyMethodDef accel_methods[] = {
     {"convert", (PyCFunction)(void (*)(void))convert, METH_FASTCALL,
-     "convert(spec, x, fallback, dtype, device, copy, stream): the fast route, else _route._pipeline."},
+     "convert(spec, x, fallback, dtype, device, copy, stream[, readonly]): the fast route, else _route._pipeline."},
     {"probe", probe, METH_O, "probe(capsule): the capsule's raw fields, or None for the Python reader to judge."},
-    {"configure", configure, METH_VARARGS, "configure(producers, views, default_cell, fallbacks, not_given, get_default, pipeline)"},
+    {"configure", configure, METH_VARARGS,
+     "configure(producers, views, default_cell, fallbacks, not_given, get_default, pipeline, readonly)"},
     {NULL, NULL, 0, NULL},
 };
 

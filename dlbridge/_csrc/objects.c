@@ -4,21 +4,23 @@
 /* --- Route: a public conversion function (to_numpy, ...) whose call enters convert() directly ---- */
 typedef struct { PyObject_HEAD PyObject *spec; PyObject *wrapped; PyObject *doc; } Route;
 
-static PyObject *g_keywords[5]; /* fallback, dtype, device, copy, stream: args[2..6] of convert() */
+static PyObject *g_keywords[6]; /* fallback, dtype, device, copy, stream, readonly: args[2..7] of convert() */
 
 static PyObject *route_call(PyObject *obj, PyObject *args, PyObject *kwargs) {
     Route *self = (Route *)obj;
-    PyObject *argv[7] = {self->spec, NULL, g_not_given ? g_not_given : Py_None, Py_None, Py_None, Py_None, Py_None};
+    PyObject *argv[8] = {self->spec, NULL, g_not_given ? g_not_given : Py_None, Py_None, Py_None, Py_None, Py_None,
+                         NULL};
     /* Not configured yet: the route's Python side loads with the first conversion (dlbridge/_api.py), which
      * the function does; its TypeError for a call it cannot read. */
     if (g_pipeline == NULL || PyTuple_Size(args) != 1) return PyObject_Call(self->wrapped, args, kwargs);
     argv[1] = PyTuple_GetItem(args, 0);
+    argv[7] = PyTuple_GetItem(g_readonly, 0); /* "keep" */
     if (kwargs != NULL) {
         Py_ssize_t pos = 0;
         PyObject *key, *value;
         while (PyDict_Next(kwargs, &pos, &key, &value)) {
             int found = 0;
-            for (int i = 0; i < 5 && !found; i++) {
+            for (int i = 0; i < 6 && !found; i++) {
                 if (key == g_keywords[i] || PyUnicode_Compare(key, g_keywords[i]) == 0) {
                     argv[2 + i] = value;
                     found = 1;
@@ -28,7 +30,7 @@ static PyObject *route_call(PyObject *obj, PyObject *args, PyObject *kwargs) {
             if (!found) return PyObject_Call(self->wrapped, args, kwargs); /* its TypeError */
         }
     }
-    return convert(NULL, argv, 7);
+    return convert(NULL, argv, 8);
 }
 
 static PyObject *route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -121,8 +123,8 @@ static PyType_Slot route_slots[] = {
 PyType_Spec route_spec = {"dlbridge._accel.Route", sizeof(Route), 0, Py_TPFLAGS_DEFAULT, route_slots};
 
 int objects_init(void) {
-    const char *keywords[5] = {"fallback", "dtype", "device", "copy", "stream"};
-    for (int i = 0; i < 5; i++) {
+    const char *keywords[6] = {"fallback", "dtype", "device", "copy", "stream", "readonly"};
+    for (int i = 0; i < 6; i++) {
         g_keywords[i] = PyUnicode_InternFromString(keywords[i]);
         if (g_keywords[i] == NULL) return -1;
     }

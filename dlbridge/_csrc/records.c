@@ -41,6 +41,7 @@ static PyMemberDef producer_members[] = {
     {"device_type", T_INT, offsetof(ProducerRecord, device_type), READONLY, NULL},
     {"gpu_kind", T_INT, offsetof(ProducerRecord, gpu_kind), READONLY, NULL},
     OBJ(ProducerRecord, current_device),
+    {"readonly", T_BOOL, offsetof(ProducerRecord, readonly), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -55,6 +56,7 @@ static PyMemberDef replay_members[] = {
     {"readonly_ok", T_BOOL, offsetof(ReplayRecord, readonly_ok), READONLY, NULL},
     {"offset_ok", T_BOOL, offsetof(ReplayRecord, offset_ok), READONLY, NULL},
     {"align", T_LONG, offsetof(ReplayRecord, align), READONLY, NULL},
+    {"clear_readonly", T_BOOL, offsetof(ReplayRecord, clear_readonly), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -131,14 +133,16 @@ static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 
 static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"kind", "handle", "guards", "alias", "relabels", "gpu_guards", "device_method",
-                            "device_type", "gpu_kind", "current_device", NULL};
+                            "device_type", "gpu_kind", "current_device", "readonly", NULL};
     ProducerRecord *p = (ProducerRecord *)alloc(type);
     if (p == NULL) return NULL;
     p->gpu_kind = EXPORT_METHOD;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiO:Producer", names, &p->kind, &p->handle, &p->guards,
+    int readonly = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOp:Producer", names, &p->kind, &p->handle, &p->guards,
                                      &p->alias, &p->relabels, &p->gpu_guards, &p->device_method, &p->device_type,
-                                     &p->gpu_kind, &p->current_device))
+                                     &p->gpu_kind, &p->current_device, &readonly))
         return discard((PyObject *)p, producer_members);
+    p->readonly = (char)readonly;
     if (p->guards == NULL) p->guards = g_empty;
     hold((PyObject *)p, producer_members);
     if ((p->guards != Py_None && !PyTuple_Check(p->guards)) || (p->gpu_guards != Py_None && !PyTuple_Check(p->gpu_guards)))
@@ -173,7 +177,7 @@ static int admission_field(PyObject *admits, const char *name, long long low, lo
 static int read_admission(ReplayRecord *r) {
     PyObject *admits = PyObject_GetAttrString(r->record, "admits");
     if (admits == NULL) return -1;
-    long long v[8];
+    long long v[9];
     int ok = admits != Py_None && admission_field(admits, "wire", 0, 0xFFFFFFFFLL, &v[0]) == 0 &&
              admission_field(admits, "triple", 0, 0xFFFFFFFFLL, &v[1]) == 0 &&
              admission_field(admits, "device_type", 0, 255, &v[2]) == 0 &&
@@ -181,13 +185,14 @@ static int read_admission(ReplayRecord *r) {
              admission_field(admits, "kinds", 1, KIND_LEGACY | KIND_VERSIONED, &v[4]) == 0 &&
              admission_field(admits, "readonly_ok", 0, 1, &v[5]) == 0 &&
              admission_field(admits, "offset_ok", 0, 1, &v[6]) == 0 &&
-             admission_field(admits, "align", 1, 1 << 20, &v[7]) == 0;
+             admission_field(admits, "align", 1, 1 << 20, &v[7]) == 0 &&
+             admission_field(admits, "clear_readonly", 0, 1, &v[8]) == 0;
     if (!ok && !PyErr_Occurred())
         PyErr_SetString(PyExc_TypeError, "dlbridge._accel.Replay(record=) needs a record whose admits is set");
     Py_DECREF(admits);
     if (!ok) return -1;
     r->wire = v[0], r->triple = v[1], r->device_type = (int)v[2], r->device_id = (int)v[3], r->kinds = (int)v[4];
-    r->readonly_ok = (char)v[5], r->offset_ok = (char)v[6], r->align = (long)v[7];
+    r->readonly_ok = (char)v[5], r->offset_ok = (char)v[6], r->align = (long)v[7], r->clear_readonly = (char)v[8];
     return 0;
 }
 
@@ -215,7 +220,7 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
 SLOTS(state, "State(*, target, ready, kind, importer, api, versioned, routes, caps_guard, caps, decide, self_type, "
              "self_import, self_dtypes, stream_query, deferred): a consumer's fast-route state.");
 SLOTS(producer, "Producer(*, kind, handle, guards, alias, relabels, gpu_guards, device_method, device_type, gpu_kind, "
-                "current_device): how arrays of one type are exported.");
+                "current_device, readonly): how arrays of one type are exported.");
 SLOTS(replay, "Replay(*, record, finish): a stored route: the decision record it replays, whose admission "
               "(record.admits) it reads once into its fields, and what turns the import into the result.");
 

@@ -22,9 +22,9 @@ static PyObject *call_pipeline(PyObject *const *args, PyObject *given) {
         PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.convert(): configure() was not called");
         return NULL;
     }
-    /* (a NULL `given` ends the argument list there: seven arguments) */
+    /* (a NULL `given` ends the argument list there: eight arguments) */
     return PyObject_CallFunctionObjArgs(g_pipeline, args[0], args[1], args[2], args[3], args[4], args[5], args[6],
-                                        given, NULL);
+                                        args[7], given, NULL);
 }
 
 /* The export a decline hands the pipeline: the capsule, an exchange-API export wrapped as one, or NULL
@@ -70,6 +70,19 @@ static int find_fallback(Call *c) {
     return c->fallback < 0 ? STEP_DECLINE : STEP_OK;
 }
 
+/* readonly= as the index of its canonical name ("keep" is the default); anything else: decline (the
+ * pipeline says what is valid). */
+static int find_readonly(Call *c) {
+    PyObject *readonly = c->args[7];
+    c->readonly = -1;
+    for (Py_ssize_t i = 0; i < 2 && c->readonly < 0; i++) {
+        PyObject *name = PyTuple_GetItem(g_readonly, i);
+        if (name == readonly) c->readonly = (long)i;
+        else if (PyUnicode_CheckExact(readonly) && PyUnicode_Compare(name, readonly) == 0) c->readonly = (long)i;
+    }
+    return c->readonly < 0 ? STEP_DECLINE : STEP_OK;
+}
+
 /* The spec's State (a strong reference), or an error: a spec is a one-item list holding a State. */
 static int take_state(Call *c) {
     PyObject *spec = c->args[0];
@@ -93,6 +106,7 @@ static int begin(Call *c) {
         g_producers == NULL || !c->state->ready)
         return STEP_DECLINE;
     step = find_fallback(c);
+    if (step == STEP_OK) step = find_readonly(c);
     if (step != STEP_OK) return step;
     PyObject *producer = PyDict_GetItemWithError(g_producers, (PyObject *)Py_TYPE(args[1]));
     if (producer == NULL) return PyErr_Occurred() ? STEP_ERROR : STEP_DECLINE;
@@ -173,6 +187,7 @@ static int import_capsule(Call *c, DLDataType saved) {
     const char *name = PyCapsule_GetName(c->capsule);
     if (name != NULL && (strcmp(name, VERSIONED) == 0 || strcmp(name, LEGACY) == 0)) {
         c->tensor->dtype = saved;
+        if (c->cleared) *c->flags_at |= FLAG_READ_ONLY;
         c->handover = 1; /* refused without taking it: the pipeline decides on this capsule, no second export */
     }
     if (name == NULL) PyErr_Clear(); /* (the consumer's error is the one that counts) */
@@ -208,12 +223,19 @@ static int replay(Call *c) {
     return step;
 }
 
-/* convert(spec, x, fallback, dtype, device, copy, stream) */
-PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+/* convert(spec, x, fallback, dtype, device, copy, stream[, readonly]): readonly="keep" where not given */
+PyObject *convert(PyObject *module, PyObject *const *given_args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "convert() takes 7 positional arguments");
+    if (nargs != 7 && nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "convert() takes 7 or 8 positional arguments");
         return NULL;
+    }
+    PyObject *full[8];
+    PyObject *const *args = given_args;
+    if (nargs == 7) {
+        memcpy(full, given_args, 7 * sizeof(PyObject *));
+        full[7] = g_readonly != NULL ? PyTuple_GetItem(g_readonly, 0) : Py_None; /* "keep" */
+        args = full;
     }
     Call c;
     memset(&c, 0, sizeof c);

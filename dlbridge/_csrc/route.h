@@ -6,7 +6,7 @@
 enum { STEP_OK = 0, STEP_DECLINE = 1, STEP_ERROR = -1 };
 
 struct Call {
-    PyObject *const *args;              /* spec, x, fallback, dtype, device, copy, stream (the caller's) */
+    PyObject *const *args;              /* spec, x, fallback, dtype, device, copy, stream, readonly (the caller's) */
     StateRecord *state;                 /* the target's State (spec[0] when the call began) */
     ProducerRecord *producer;           /* the Producer of type(x) */
     PyObject *capsule;                  /* the export, as a capsule */
@@ -15,8 +15,12 @@ struct Call {
     DLManagedTensorVersioned *managed;  /* an exchange-API export, until a capsule or consumer owns it */
     DLTensor *tensor;                   /* the exported tensor (inside capsule or managed) */
     long long triple;                   /* the exported dtype: code | bits << 8 | lanes << 16 */
-    uint64_t flags;                     /* the export's DLPack flags (0 for a legacy capsule) */
+    uint64_t flags;                     /* the export's DLPack flags (0 for a legacy capsule), READ_ONLY ORed in
+                                           where its Producer's arrays are read-only */
+    uint64_t *flags_at;                 /* the export's own flags word (NULL for a legacy capsule) */
     long fallback;                      /* the fallback's index in g_fallbacks */
+    long readonly;                      /* readonly='s index in g_readonly */
+    int cleared;                        /* READ_ONLY cleared for the import (readonly="drop") */
     int device_type, device_id;         /* the device x is on, which its export was made for */
     int versioned;                      /* whether the export is a versioned tensor */
     int handover;                       /* declined after the export, before any consumer took it */

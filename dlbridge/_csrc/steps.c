@@ -130,7 +130,9 @@ int read_export(Call *c, long long forced) {
     }
     c->tensor = view.tensor;
     c->versioned = view.versioned;
+    c->flags_at = view.flags;
     c->flags = view.flags != NULL ? *view.flags : 0;
+    if (c->producer->readonly) c->flags |= FLAG_READ_ONLY; /* its arrays are read-only whatever it says (JAX) */
     if (forced >= 0) write_dtype(c->tensor, forced); /* our own export of x.view(d): x's dtype */
     c->triple = (long long)c->tensor->dtype.code | ((long long)c->tensor->dtype.bits << 8) |
                 ((long long)c->tensor->dtype.lanes << 16);
@@ -148,7 +150,8 @@ int export_x(Call *c) {
 }
 
 /* Whether the export is a capsule the stored route's record holds for: its Admission, compared field by
- * field (decide() made them; nothing is decided here). */
+ * field (decide() made them; nothing is decided here). c->flags: READ_ONLY ORed in where its Producer's
+ * arrays are read-only (read_export). */
 static int admitted(const Call *c, const ReplayRecord *r) {
     const DLTensor *t = c->tensor;
     int layout = layout_class(t);
@@ -168,8 +171,9 @@ int find_route(Call *c) {
     int here = t->device.device_type == c->device_type && t->device.device_id == c->device_id;
     c->handover = here || t->device.device_type == 1;
     if (!here || t->device.device_id < 0 || t->device.device_id > 0x7FFF) return STEP_DECLINE;
-    PyObject *key = PyLong_FromLongLong(c->triple | ((long long)c->fallback << 32) |
-                                        ((long long)t->device.device_type << 40) |
+    /* options: fallback | readonly= << 4 | read-only memory << 5 (dlbridge/_route/_learn.py) */
+    long long options = c->fallback | (c->readonly << 4) | ((c->flags & FLAG_READ_ONLY) ? 1 << 5 : 0);
+    PyObject *key = PyLong_FromLongLong(c->triple | (options << 32) | ((long long)t->device.device_type << 40) |
                                         ((long long)t->device.device_id << 48));
     if (key == NULL) return settle();
     PyObject *replay = PyDict_GetItemWithError(c->state->routes, key); /* a dict (records.c) */
@@ -184,6 +188,10 @@ int find_route(Call *c) {
     c->replay = (ReplayRecord *)replay;
     if (!admitted(c, c->replay)) return STEP_DECLINE;
     if (c->replay->wire != c->triple) write_dtype(c->tensor, c->replay->wire); /* a reinterpret route */
+    if (c->replay->clear_readonly && c->flags_at != NULL && (*c->flags_at & FLAG_READ_ONLY)) { /* readonly="drop" */
+        *c->flags_at &= ~(uint64_t)FLAG_READ_ONLY;
+        c->cleared = 1;
+    }
     return STEP_OK;
 }
 

@@ -46,14 +46,14 @@ class _Spec:
 
     def __init__(self, fn: Callable[..., Any], target: Adapter, to_label: str, args: Sequence[str | int] | None,
                  back: Adapter | Any, convert: bool, fallback: Any, device: Any, copy: bool | None,
-                 stream: int | None) -> None:  # fmt: skip
+                 stream: int | None, readonly: str = "keep") -> None:  # fmt: skip
         self.fn = fn
         self.target = target
         self.to_label = to_label
         self.back = back  # None, NOT_GIVEN (the caller's framework) or an adapter
         self.convert = convert
         self.fallback = fallback
-        self.device, self.copy, self.stream = device, copy, stream
+        self.device, self.copy, self.stream, self.readonly = device, copy, stream, readonly
         # Arrays already in the target framework are passed as they are unless they must move or copy.
         self.keep_native = device is None and copy is not True
         # Where results go back: only a conversion that may have moved data needs the source device.
@@ -286,10 +286,11 @@ class _Call:
             fb = self.fb = resolve_fallback(spec.fallback)
         try:
             if fb == "view":  # the record says whether a view was handed over (noted for the results)
-                new, record = run_stages(x, spec.target, fb, None, spec.device, spec.copy, spec.stream)
+                new, record = run_stages(x, spec.target, fb, None, spec.device, spec.copy, spec.stream,
+                                         readonly=spec.readonly)  # fmt: skip
                 self.note_view(record, where)
             else:  # the fast route, as to_<target>() takes it
-                new = route(SPECS[spec.target.name], x, fb, None, spec.device, spec.copy, spec.stream)
+                new = route(SPECS[spec.target.name], x, fb, None, spec.device, spec.copy, spec.stream, spec.readonly)
         except DLBridgeError as err:
             raise in_context(err, spec, where, x) from err.__cause__
         self.given[id(new)] = (new, x, None if new is x else layout(new))
@@ -369,10 +370,10 @@ class _Call:
         fb = self.fb if self.fb is not None else resolve_fallback(spec.fallback)
         try:
             try:
-                return run_stages(r, back, fb, dtype, device, None, None)[0]
+                return run_stages(r, back, fb, dtype, device, None, None, readonly=spec.readonly)[0]
             except ReadOnlyError:
-                # A read-only result (a NumPy view of a JAX array, say) that the caller's framework
-                # cannot share: results need only their values, so let the producer copy it.
+                # A read-only result (a JAX array, a NumPy view of one) that the caller's framework
+                # cannot share (readonly="keep"): results need only their values, so let the producer copy it.
                 return run_stages(r, back, fb, dtype, device, True, None)[0]
         except DLBridgeError as err:
             raise in_context(err, spec, where, r, returned=True) from err.__cause__

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from .._adapters import ADAPTERS, adapter_named
 from .._errors import OptionError
-from .._options import NOT_GIVEN, Fallback, _NotGiven, check_fallback
+from .._options import NOT_GIVEN, READONLY, Fallback, Readonly, _NotGiven, check_fallback, check_readonly
 from ._call import _Spec
 from ._kinds import converted_coroutine, converted_generator
 from ._messages import describe, usage
@@ -67,14 +67,14 @@ if TYPE_CHECKING:  # only type checkers need them; building a Protocol at import
 @overload
 def guard(to: str | ModuleType, /, *, args: Sequence[str | int] | str | int | None = ..., returns: None,
           convert: bool = ..., fallback: Fallback | _NotGiven | None = ..., device: Any = ...,
-          copy: bool | None = ..., stream: int | None = ...) -> _KeepResults: ...  # fmt: skip
+          copy: bool | None = ..., stream: int | None = ..., readonly: Readonly = ...) -> _KeepResults: ...  # fmt: skip
 @overload
 def guard(to: str | ModuleType, /, *, args: Sequence[str | int] | str | int | None = ...,
           returns: str | ModuleType | _NotGiven = ..., convert: bool = ...,
           fallback: Fallback | _NotGiven | None = ..., device: Any = ..., copy: bool | None = ...,
-          stream: int | None = ...) -> _Decorator: ...  # fmt: skip
+          stream: int | None = ..., readonly: Readonly = ...) -> _Decorator: ...  # fmt: skip
 def guard(to: Any, /, *, args: Any = None, returns: Any = NOT_GIVEN, convert: bool = True, fallback: Any = NOT_GIVEN,
-          device: Any = None, copy: bool | None = None, stream: int | None = None) -> Any:  # fmt: skip
+          device: Any = None, copy: bool | None = None, stream: int | None = None, readonly: Any = "keep") -> Any:  # fmt: skip
     """Make ``fn`` receive its array arguments as ``to`` arrays (a name such as ``"cupy"`` or the module).
 
     - ``args``: which parameters to convert, by name or position (``self`` counts); default:
@@ -93,8 +93,10 @@ def guard(to: Any, /, *, args: Any = None, returns: Any = NOT_GIVEN, convert: bo
       (``x.t_()``, ``x.shape = ...``) is converted as the body left it.
     - ``convert=False`` converts nothing: it raises ``UnsupportedDtypeError`` or
       ``DeviceMismatchError`` before the body runs if ``to`` could not take an argument.
-    - ``fallback``, ``device``, ``copy``, ``stream`` are passed to each conversion as in
-      ``convert``; an unset ``fallback`` follows the default in force at call time.
+    - ``fallback``, ``device``, ``copy``, ``stream``, ``readonly`` are passed to each conversion as in
+      ``convert``; an unset ``fallback`` follows the default in force at call time. Results the
+      caller's framework cannot hold read-only (a JAX result back to torch) are copied under
+      ``readonly="keep"``, shared writable under ``readonly="drop"``.
 
     ``async def`` bodies: the awaited result is converted. Generators (and async generators):
     each yielded value and the return value are converted; values passed to ``send`` (or
@@ -111,7 +113,8 @@ def guard(to: Any, /, *, args: Any = None, returns: Any = NOT_GIVEN, convert: bo
         raise OptionError(usage(to))
     target = adapter_named(to)
     to_label = to if isinstance(to, str) else target.name
-    fallback = _checked_options(to_label, convert, fallback, device, copy, stream)
+    readonly = check_readonly(readonly)
+    fallback = _checked_options(to_label, convert, fallback, device, copy, stream, readonly)
     back = _returns_target(to_label, returns)
 
     def decorate(fn: Any) -> Any:
@@ -122,21 +125,22 @@ def guard(to: Any, /, *, args: Any = None, returns: Any = NOT_GIVEN, convert: bo
                 f"@dlbridge.guard({to_label!r}) decorates a function (or a staticmethod/classmethod), "
                 f"received {describe(fn)}"
             )
-        spec = _Spec(fn, target, to_label, args, back, convert, fallback, device, copy, stream)
+        spec = _Spec(fn, target, to_label, args, back, convert, fallback, device, copy, stream, readonly)
         return _wrap(fn, spec)
 
     return decorate
 
 
 def _checked_options(to_label: str, convert: bool, fallback: Any, device: Any, copy: bool | None,
-                     stream: int | None) -> Any:  # fmt: skip
+                     stream: int | None, readonly: Any) -> Any:  # fmt: skip
     """Refuse bad options at decoration time, not at the first call; the checked ``fallback``."""
     if fallback is not NOT_GIVEN and fallback is not None:
         fallback = check_fallback(fallback)
     if copy is not None and copy is not True and copy is not False:
         raise OptionError(f"guard(copy={describe(copy)}); expected True, False or None")
     if not convert:
-        given = [n for n, v in (("fallback", fallback), ("device", device), ("copy", copy), ("stream", stream))
+        given = [n for n, v in (("fallback", fallback), ("device", device), ("copy", copy), ("stream", stream),
+                                ("readonly", None if readonly is READONLY[0] else readonly))
                  if v is not NOT_GIVEN and v is not None]  # fmt: skip
         if given:
             raise OptionError(

@@ -21,12 +21,12 @@ from .._capsule._carriers import DeferredCarrier
 from .._capsule._read import CapsuleType, DLPackInfo, device_name
 from .._dtypes import BY_NAME, unsigned_of_width
 from .._errors import CapsuleError, DeviceMismatchError, DLBridgeError, LayoutError, OptionError
-from .._options import NOT_GIVEN, Fallback, resolve_fallback
+from .._options import NOT_GIVEN, Fallback, check_readonly, resolve_fallback
 from . import _repack as repack
 from ._consume import finish, imported, ready
 from ._devices import asked
 from ._export import MAX_VERSION, inspect
-from ._handoff import Handoff
+from ._handoff import COPIED, Handoff
 from ._plan import Plan
 from ._sizes import check_copy_size, size_text
 from ._stage import Front, Next, decide_stage, direct, exported_handoff, run_one, to_host
@@ -39,23 +39,23 @@ __all__ = ["convert", "inspect", "MAX_VERSION", "decide_stage", "exported_handof
 
 
 def convert(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
-            copy: bool | None = None, stream: int | None = None) -> Any:  # fmt: skip
+            copy: bool | None = None, stream: int | None = None, readonly: Any = "keep") -> Any:  # fmt: skip
     """Hand ``x`` to framework ``to`` (a name such as ``"torch"`` or the module).
 
     Zero-copy whenever the target can hold the data where it is; see the README for the
     fallback policy. ``copy=False`` forbids any copy, ``copy=True`` always copies.
     """
     target = adapter_named(to)
-    return _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream)
+    return _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream, readonly=readonly)
 
 
 def _convert(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-             stream: int | None, exported: Any = None) -> Any:  # fmt: skip
-    return run_stages(x, target, fallback, dtype, device, copy, stream, exported)[0]
+             stream: int | None, exported: Any = None, *, readonly: Any = "keep") -> Any:  # fmt: skip
+    return run_stages(x, target, fallback, dtype, device, copy, stream, exported, readonly=readonly)[0]
 
 
 def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-               stream: int | None, exported: Any = None) -> tuple[Any, Handoff]:  # fmt: skip
+               stream: int | None, exported: Any = None, *, readonly: Any = "keep") -> tuple[Any, Handoff]:  # fmt: skip
     """Decide, then run: at most a device move, a dense copy and the import, each stage decided on
     the array the stage before made (export -> read -> decide -> run). Returns the result and the
     record of its last stage (the import). ``exported``: x's capsule as the fast route exported it
@@ -63,8 +63,9 @@ def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: 
     exporting x again, or the error that export raised (x's producer is not asked twice)."""
     if copy is not None and copy is not True and copy is not False:
         raise OptionError(f"copy={copy!r}; expected True, False or None")
+    readonly = check_readonly(readonly)
     for _ in range(4):
-        front = decide_stage(x, target, fallback, dtype, device, copy, stream, exported)
+        front = decide_stage(x, target, fallback, dtype, device, copy, stream, exported, readonly=readonly)
         exported = None
         record = front.record
         if record.error is not None:
@@ -84,12 +85,12 @@ def run_stages(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: 
             return run_one(front, target, copy), record
         if type(step) is not Next:
             return step, record.then or record
-        x, fallback, dtype, device, copy, stream = step
+        x, fallback, dtype, device, copy, stream, readonly = step
     raise AssertionError(f"to_{target.name}(): no handoff after four stages")  # pragma: no cover
 
 
 def _dense_copy(front: Front, target: Adapter, copy: bool | None) -> Next:
-    """The dense copy the record asks for, handed to the next stage."""
+    """The dense copy the record asks for, handed to the next stage (the pipeline's own copy: COPIED)."""
     info = front.info
     assert info is not None
     dense, relabelled = _dense_source(front.x, front.source, info, target, front.capsule)
@@ -98,7 +99,7 @@ def _dense_copy(front: Front, target: Adapter, copy: bool | None) -> Next:
     # may copy it once more (JAX, misaligned) without harm: copy=None. At the same address
     # (only re-exported, e.g. NumPy dropping a byte_offset) the caller's copy= still applies.
     moved = info.size and adapter_for(dense).data_ptr(dense) != info.data_ptr  # type: ignore[union-attr]
-    return Next(dense, front.fallback, dtype, None, None if moved else copy, None)
+    return Next(dense, front.fallback, dtype, None, None if moved else copy, None, COPIED if moved else front.readonly)
 
 
 class _NeedsDense(Exception):  # a signal from inside a consumer's from_dlpack, caught in _deferred
@@ -187,10 +188,10 @@ def move(front: Any, target: Adapter, device: Any, copy: bool | None, stream: in
     if source is not None and (dst_dev[0] in source.device_codes or dst_dev[0] == 1):
         moved = _moved_by(source, x, dst_dev, target, probe, there)
         # A CPU copy keeps the CPU device asked for (JAX numbers its CPU devices).
-        return Next(moved, front.fallback, front.dtype, dst_dev if dst_dev[0] == 1 else None, None, wire)
+        return Next(moved, front.fallback, front.dtype, dst_dev if dst_dev[0] == 1 else None, None, wire, COPIED)
     if src_dev[0] == 1:
         return _upload(x, target, record.plan, probe, dst_dev, wire, there, front.capsule)
-    return Next(_host_capsule(x, target, probe), front.fallback, front.dtype, dst_dev, None, None)
+    return Next(_host_capsule(x, target, probe), front.fallback, front.dtype, dst_dev, None, None, COPIED)
 
 
 def _moved_by(adapter: Adapter, x: Any, dst_dev: tuple[int, int], target: Adapter, probe: DLPackInfo,

@@ -17,7 +17,7 @@ from typing import Any
 from .._adapters import adapter_named, producer_name
 from .._capsule._read import CapsuleType
 from .._errors import DLBridgeError, OptionError
-from .._options import NOT_GIVEN, resolve_fallback
+from .._options import NOT_GIVEN, check_readonly, resolve_fallback
 from ._handoff import Handoff, refused
 from ._stage import decide_stage
 
@@ -25,7 +25,7 @@ __all__ = ["explain"]
 
 
 def explain(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None, device: Any = None,
-            copy: bool | None = None, stream: int | None = None) -> Handoff:  # fmt: skip
+            copy: bool | None = None, stream: int | None = None, readonly: Any = "keep") -> Handoff:  # fmt: skip
     """What ``convert(x, to, ...)`` with the same options would do, without doing it.
 
     Returns a ``Handoff``: ``error`` (the ``DLBridgeError`` subclass the conversion would raise, or
@@ -37,7 +37,8 @@ def explain(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None,
     try:
         if copy is not None and copy is not True and copy is not False:
             raise OptionError(f"copy={copy!r}; expected True, False or None")
-        front = decide_stage(x, target, resolve_fallback(fallback), dtype, device, copy, stream, dry=True)
+        resolved, readonly = resolve_fallback(fallback), check_readonly(readonly)
+        front = decide_stage(x, target, resolved, dtype, device, copy, stream, dry=True, readonly=readonly)
     except DLBridgeError as err:
         return refused(who, target.name, err)
     return front.record

@@ -41,8 +41,8 @@ from ._subbyte import plan as subbyte_plan
 # The CPU alignment XLA and Eigen want (bytes): consumers with ``copies_unaligned`` copy buffers off it.
 ALIGNMENT = 64
 
-__all__ = ["ALIGNMENT", "Admission", "Handoff", "Move", "decide", "refused", "needs_dense", "layout_message", "dense_info",
-           "readonly_refusal"]  # fmt: skip
+__all__ = ["ALIGNMENT", "Admission", "COPIED", "Handoff", "Move", "decide", "refused", "needs_dense", "layout_message",
+           "dense_info", "readonly_refusal"]  # fmt: skip
 
 
 def refused(source: str, target: str, err: DLBridgeError, given: DLPackInfo | None = None) -> Handoff:
@@ -65,32 +65,38 @@ def readonly_refusal(what: str, legacy: bool, fix: str) -> str:
 
 
 def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback, dtype: Any,
-           copy: bool | None, *, source: Adapter | None = None, raw: bool = False) -> Handoff:  # fmt: skip
+           copy: bool | None, *, source: Adapter | None = None, raw: bool = False,
+           readonly: str = "keep") -> Handoff:  # fmt: skip
     """The handoff of the capsule ``info`` describes to ``target`` (capability row ``caps``).
 
     ``source`` is the producer's adapter (None: a producer dlbridge has no adapter for); ``raw``: the
-    caller passed the capsule itself, so no dense copy can be asked of its producer. A read-only
-    ``info`` that is not versioned describes an array before its export to a consumer that reads only
-    legacy capsules (a capsule read never says so: a legacy one has no flags): its producer refuses
-    that export (``ReadOnlyError``, as ``_export`` raises it), unless it exports such arrays' legacy
-    capsules unflagged (``Adapter.exports_readonly_legacy``).
+    caller passed the capsule itself, so no dense copy can be asked of its producer; ``readonly``: what
+    becomes of read-only memory (the rule: ``_import_record``).
+
+    A read-only ``info`` that is not versioned, with a ``source``, describes an array before its export
+    to a consumer that reads only legacy capsules (a capsule read never says so: a legacy one has no
+    flags): its producer refuses that export (``ReadOnlyError``, as ``_export`` raises it; no
+    ``readonly=`` shares what is never exported), unless it exports such arrays' legacy capsules
+    unflagged (``Adapter.exports_readonly_legacy``: JAX). Without a ``source`` (the fast route's
+    ``_decide``) it describes such an exported capsule, of read-only memory.
     """
     who = info.producer or ("capsule" if raw else "?")
     if not info.has_deleter and caps.aborts_on_null_deleter:  # before any other rule: it must never see it
         return Handoff(who, target.name, info, CapsuleError, null_deleter_refusal(info, target, caps))
-    if info.readonly and not info.versioned:  # a read-only array described for a legacy-only consumer
-        if source is not None and source.exports_readonly_legacy:
-            info = replace(info, readonly=False)  # its legacy capsule, unflagged (a legacy one has no flags)
+    if info.readonly and not info.versioned and source is not None:  # described for a legacy-only consumer
+        if source.exports_readonly_legacy:
+            if not source.mutable_arrays:  # its legacy capsule is unflagged; its arrays read-only all the same
+                info = replace(info, readonly=False)
         elif copy is not True:  # the export its producer refuses (copy=True: it exports a writable copy)
-            fix = source.readonly_fix if source is not None else Adapter.readonly_fix
-            return Handoff(who, target.name, info, ReadOnlyError, readonly_refusal(info.describe(), True, fix))
+            message = readonly_refusal(info.describe(), True, source.readonly_fix)
+            return Handoff(who, target.name, info, ReadOnlyError, message)
     dtype = _asked_dtype(info, dtype)
     if info.code == 17 and dtype is None:  # fp4 the consumer does not import as it is (dlbridge._pipeline._subbyte)
         fp4 = _fp4(info, target, caps, fallback, copy, source, raw, who)
         if fp4 is not None:
             return fp4
     if needs_dense(info, caps):
-        return _dense(info, target, caps, fallback, dtype, copy, source, raw, who)
+        return _dense(info, target, caps, fallback, dtype, copy, source, raw, who, readonly)
     try:
         if dtype is None and info.code != 1 and info.dtype in caps.imports:
             plan = native_plan(info.dtype)  # the common case, without building plan_for's message prefix
@@ -98,30 +104,66 @@ def decide(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
             plan = plan_for(info, caps, fallback, dtype, f"to_{target.name}()")
     except (UnsupportedDtypeError, OptionError) as err:
         return Handoff(who, target.name, info, type(err), str(err))
-    error = _refusal(info, target, caps, plan, copy)
+    return _import_record(info, target, caps, plan, copy, source, who, readonly)
+
+
+def _import_record(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan, copy: bool | None,
+                   source: Adapter | None, who: str, readonly: str) -> Handoff:  # fmt: skip
+    """The import of ``info`` with ``plan``: refused (``_refusal``), or its steps and admission.
+
+    Read-only memory, the one rule: an array is read-only where its capsule says so (READ_ONLY) or its
+    producer's arrays are immutable whatever their capsules say (``Adapter.mutable_arrays`` False: JAX,
+    whose capsules before 0.12 carry no flag, and Arrow). A consumer with read-only arrays (NumPy) gets
+    it read-only; one without (torch, CuPy, Paddle, ...) gets ``ReadOnlyError`` unless ``copy=True``
+    (a writable copy) or ``readonly="drop"`` (the same memory, writable, READ_ONLY cleared: the caller
+    does not write to it). ``readonly=COPIED``: a copy the pipeline made, handed over writable.
+    """
+    immutable = source is not None and not source.mutable_arrays
+    shared_ro = (info.readonly or immutable) and readonly != COPIED  # memory the caller's array shares, read-only
+    holds_readonly = caps.readonly_arrays or caps.readonly_imports  # its import of read-only memory is read-only
+    # (an upcast hands over a float32 copy it makes: the read-only memory never reaches the caller)
+    kept = shared_ro and not holds_readonly and readonly == "keep" and plan.mode != "upcast"
+    why = _readonly_why(source, immutable) if kept else None
+    error = _refusal(info, target, caps, plan, copy, why)
     if error is not None:
         return Handoff(who, target.name, info, error[0], error[1], plan)
     producer = ADAPTERS.get(info.producer or "")
     mutable = info.versioned or (producer is not None and producer.mutable_arrays)
     strided = info.strides is not None and info.strides != c_strides(info.shape)
+    consumer_copies = _consumer_copies(info, caps)
+    drop_readonly = (shared_ro or info.readonly) and not holds_readonly
     record = Handoff(
         who,
         target.name,
         info,
         plan=plan,
         versioned=info.versioned,
-        drop_readonly=info.readonly and not caps.readonly_arrays,
+        drop_readonly=drop_readonly,
+        shared_readonly=drop_readonly and shared_ro and readonly == "drop" and copy is not True and not consumer_copies,
         c_order=caps.row_major_only and strided,
         carrier=not caps.takes_raw_capsules,
-        writable=caps.readonly_imports and not info.readonly and mutable,
-        consumer_copies=_consumer_copies(info, caps),
+        writable=caps.readonly_imports and not shared_ro and not info.readonly and mutable,
+        consumer_copies=consumer_copies,
         copy=copy is True and not caps.copies_imports,  # a consumer that copies every import made it already
     )
-    if strided or record.writable or record.drop_readonly or record.copy or plan.mode not in _REPLAYED:
+    # Replayed: dense C order, nothing made writable or copied after the import, READ_ONLY cleared only as
+    # readonly="drop" asks (the stored route clears it too: Admission.clear_readonly).
+    if strided or record.writable or (drop_readonly and not record.shared_readonly) or record.copy:
         return record
-    if not isinstance(target, FastRoute):  # a consumer without the route's part is never replayed
+    if plan.mode not in _REPLAYED or not isinstance(target, FastRoute):  # a consumer without the route's part
         return record
-    return record._replace(admits=_admission(info, target, caps, plan))
+    return record._replace(admits=_admission(info, target, caps, plan, shared_ro, record.shared_readonly))
+
+
+# readonly= inside the pipeline: the array is a copy it made (a device move, a dense copy), nobody else's.
+COPIED = "copied"
+
+
+def _readonly_why(source: Adapter | None, immutable: bool) -> str:
+    """What says the memory is read-only, for the refusal: its capsule, or its producer's immutable arrays."""
+    if immutable and source is not None:
+        return f" ({source.display} arrays are immutable)"
+    return ""
 
 
 def _asked_dtype(info: DLPackInfo, dtype: Any) -> Any:
@@ -141,13 +183,16 @@ KIND_LEGACY, KIND_VERSIONED = 1, 2  # Admission.kinds (capsules.c: the same bits
 _REPLAYED = ("native", "reinterpret", "view")
 
 
-def _admission(info: DLPackInfo, target: FastRoute, caps: Capabilities, plan: Plan) -> Admission:
+def _admission(info: DLPackInfo, target: FastRoute, caps: Capabilities, plan: Plan, shared_ro: bool,
+               clear: bool) -> Admission:  # fmt: skip
     """The capsules that get the same record as ``info`` (dense C order, writable or read-only, with or
     without an offset, either capsule kind), by the rules above: a READ_ONLY capsule differs only where
-    the consumer has no read-only arrays (``drop_readonly``, ``_refusal``), an offset only where it needs
-    strides for one (``needs_dense``), a versioned capsule only where it reads legacy ones alone
-    (``_refusal``); below the consumer's import alignment its import is another one (the adapter's
-    ``import_alignment``: it copies through the host)."""
+    the consumer has no read-only arrays (``drop_readonly``, ``_refusal``), unless ``info`` is read-only
+    memory itself (``shared_ro``: the route's key says so, its capsule's flag or its producer's), an offset
+    only where it needs strides for one (``needs_dense``), a versioned capsule only where it reads legacy
+    ones alone (``_refusal``); below the consumer's import alignment its import is another one (the
+    adapter's ``import_alignment``: it copies through the host). ``clear``: READ_ONLY is cleared before
+    the import (``readonly="drop"``)."""
     wire, (device_type, device_id) = BY_NAME[plan.wire], info.device
     return Admission(
         wire=wire.code | wire.bits << 8 | wire.lanes << 16,
@@ -155,15 +200,18 @@ def _admission(info: DLPackInfo, target: FastRoute, caps: Capabilities, plan: Pl
         device_type=device_type,
         device_id=device_id,
         kinds=KIND_LEGACY | (KIND_VERSIONED if caps.versioned_capsules else 0),
-        readonly_ok=caps.readonly_arrays,
+        readonly_ok=caps.readonly_arrays or shared_ro,
         offset_ok=not caps.offset_needs_strides,
         align=target.import_alignment(caps),
+        clear_readonly=clear,
     )
 
 
-def _refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan,
-             copy: bool | None) -> tuple[type[DLBridgeError], str] | None:  # fmt: skip
-    """The first check that refuses handing ``info`` over with ``plan``, as (error, message)."""
+def _refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan, copy: bool | None,
+             readonly_why: str | None) -> tuple[type[DLBridgeError], str] | None:  # fmt: skip
+    """The first check that refuses handing ``info`` over with ``plan``, as (error, message).
+    ``readonly_why``: read-only memory the consumer cannot hold, which readonly="keep" keeps (what says
+    so, for the message); None: none."""
     call = f"to_{target.name}()"
     if not caps.min_ndim <= info.ndim <= caps.max_ndim:  # (the capability row's "ndim")
         fix = "x.reshape(1) (and [0] afterwards)" if info.ndim < caps.min_ndim else "a reshape to fewer dimensions"
@@ -191,10 +239,10 @@ def _refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: Plan,
             "came as 'dltensor_versioned' (a raw capsule, or a producer that ignored max_version=None); pass the "
             "array itself, from a producer that can export a legacy capsule"
         )
-    if info.readonly and not caps.readonly_arrays and copy is not True and not caps.copies_imports:
+    if readonly_why is not None and copy is not True and not caps.copies_imports:
         return ReadOnlyError, (
-            f"{call}: {info.describe()} is read-only and {caps.consumer} arrays cannot be; sharing it would let "
-            "writes through. Pass copy=True for a writable copy."
+            f"{call}: {info.describe()} is read-only{readonly_why} and {caps.consumer} arrays cannot be; pass "
+            'copy=True for a writable copy, or readonly="drop" to share the memory as an array you must not write to'
         )
     if plan.wire not in caps.imports:  # the invariant that keeps crash-prone consumers alive
         return UnsupportedDtypeError, f"{call}: internal plan {plan} would hand {caps.consumer} a dtype it rejects"
@@ -240,7 +288,7 @@ def _consumer_copies(info: DLPackInfo, caps: Capabilities) -> bool:
 
 
 def _dense(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fallback, dtype: Any,
-           copy: bool | None, source: Adapter | None, raw: bool, who: str) -> Handoff:  # fmt: skip
+           copy: bool | None, source: Adapter | None, raw: bool, who: str, readonly: str) -> Handoff:  # fmt: skip
     """A layout the consumer cannot share: a dense copy first (refused where it cannot be made)."""
     if raw:
         why = (
@@ -262,10 +310,12 @@ def _dense(info: DLPackInfo, target: Adapter, caps: Capabilities, fallback: Fall
             f"dense on {info.device_type}"
         ))  # fmt: skip
     by = source.name if source is not None else f"{HOST.name} (through the host)"
-    # A dense array at another address is the copy copy=True asks for (copy=None after it); only
-    # re-exported at the same address (a byte_offset dropped) the caller's copy= still applies.
+    # A dense array at another address is the copy copy=True asks for (copy=None after it), and the
+    # pipeline's own (readonly=COPIED); only re-exported at the same address (a byte_offset dropped) the
+    # caller's copy= and readonly= still apply.
     moved = info.strides is not None and bool(info.size)
-    then = decide(dense_info(info), target, caps, fallback, dtype, None if moved else copy, source=source)
+    then = decide(dense_info(info), target, caps, fallback, dtype, None if moved else copy, source=source,
+                  readonly=COPIED if moved else readonly)  # fmt: skip
     return Handoff(who, target.name, info, plan=plan, dense=by, then=then)
 
 

@@ -15,7 +15,7 @@ from .._errors import DeviceMismatchError, DLBridgeError
 from .._options import Fallback
 from ._devices import check_device, described_on, device_of, handshake, on_device, require_device, stream_rule
 from ._export import MAX_VERSION, export
-from ._handoff import Handoff, Move, decide, dense_info
+from ._handoff import COPIED, Handoff, Move, decide, dense_info
 from ._plan import plan_for
 
 __all__ = ["plan_move"]
@@ -57,7 +57,8 @@ def _plan_move(x: Any, source: Adapter | None, target: Adapter, src_dev: tuple[i
         raise DeviceMismatchError(f"{call}: dlbridge knows no way to move {probe.describe()} to {there}")
     if how == "dl_device":
         how = f"{probe.producer or 'the producer'} (DLPack dl_device=)"
-    then = decide(described_on(dense_info(probe), dst_dev), target, caps, fallback, dtype, None, source=source)
+    then = decide(described_on(dense_info(probe), dst_dev), target, caps, fallback, dtype, None, source=source,
+                  readonly=COPIED)  # the move's own copy  # fmt: skip
     who = probe.producer or "?"
     return Handoff(who, target.name, probe, plan=plan, move=Move(src_dev, dst_dev, how), then=then), capsule
 

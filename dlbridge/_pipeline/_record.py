@@ -35,6 +35,7 @@ class Admission(NamedTuple):
     readonly_ok: bool  # a READ_ONLY capsule gets the same record
     offset_ok: bool  # a byte_offset (without strides) gets the same record
     align: int  # (data + byte_offset) % align == 0: the consumer's import is the one decided
+    clear_readonly: bool = False  # READ_ONLY is cleared before the import (readonly="drop": drop_readonly)
 
 
 class Handoff(NamedTuple):
@@ -54,7 +55,8 @@ class Handoff(NamedTuple):
     move: Move | None = None
     dense: str | None = None  # who makes the dense copy the consumer needs
     versioned: bool = False  # a 'dltensor_versioned' capsule is handed over (else 'dltensor')
-    drop_readonly: bool = False  # READ_ONLY cleared: the import is copied right after (copy=True)
+    drop_readonly: bool = False  # READ_ONLY cleared: the import is copied right after (copy=True), or ...
+    shared_readonly: bool = False  # ... read-only memory shared writable, as readonly="drop" asks
     c_order: bool = False  # strides rewritten as plain C order (size-1 dimensions) for the consumer
     carrier: bool = False  # the consumer is handed an object with __dlpack__, not the bare capsule
     deferred: bool = False  # the consumer asks for the capsule itself, with its own stream
@@ -114,8 +116,13 @@ class Handoff(NamedTuple):
             return (f"{self.source} export", f"fp4 {how}", f"import into {self.target}")
         what = "export" if self.producer_copy is None else f"exports {self.producer_copy}"
         steps.append(f"{self.source} {what} ({'dltensor_versioned' if self.versioned else 'dltensor'})")
-        if self.drop_readonly:
-            steps.append("READ_ONLY cleared for the copy made right after")
+        if self.shared_readonly:
+            steps.append('READ_ONLY cleared (readonly="drop"): the read-only memory is shared writable, not to be '
+                         "written")
+        elif self.drop_readonly:
+            copied = self.copy or self.consumer_copies or (self.plan is not None and self.plan.mode == "upcast")
+            steps.append("READ_ONLY cleared " + ("for the copy made right after" if copied else
+                                                  "(dlbridge's own copy: nothing else holds it)"))
         if self.c_order:
             steps.append("strides written as C order")
         how = (

@@ -51,6 +51,7 @@ class Next(NamedTuple):
     device: Any
     copy: bool | None
     stream: int | None
+    readonly: str = "keep"  # a copy the pipeline made: COPIED
 
 
 class Front(NamedTuple):
@@ -67,21 +68,23 @@ class Front(NamedTuple):
     devices: tuple[tuple[int, int], tuple[int, int]] = ((1, 0), (1, 0))  # (the source's, the home it shares)
     device_to: tuple[int, int] | None = None  # a raw capsule relabelled for the import
     value: Any = None  # record.keep: what the consumer gets
+    readonly: str = "keep"  # readonly= checked (``check_readonly``), or the pipeline's own copy: COPIED
 
 
 def decide_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-                 stream: int | None, exported: Any = None, dry: bool = False) -> Front:  # fmt: skip
+                 stream: int | None, exported: Any = None, dry: bool = False, *, readonly: str = "keep") -> Front:  # fmt: skip
     """Where ``x`` is, its capsule (exported, not consumed) and the record for it; raises the errors
     found before a record can be made (not an array, a producer that fails, a device it cannot use).
     ``dry`` (``dlbridge.explain``): the record only, nothing copied (a copy the producer would export
-    in x's place is described, not made; the capsule is not kept)."""
+    in x's place is described, not made; the capsule is not kept). ``readonly``: checked
+    (``check_readonly``), or the pipeline's COPIED."""
     if type(x) is not CapsuleType:
-        return _array_stage(x, target, fallback, dtype, device, copy, stream, exported, dry)
-    return _capsule_stage(x, target, fallback, dtype, device, copy, stream)
+        return _array_stage(x, target, fallback, dtype, device, copy, stream, exported, dry, readonly)
+    return _capsule_stage(x, target, fallback, dtype, device, copy, stream, readonly)
 
 
 def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
-                 stream: int | None, exported: Any, dry: bool) -> Front:  # fmt: skip
+                 stream: int | None, exported: Any, dry: bool, readonly: str) -> Front:  # fmt: skip
     """``decide_stage`` for an array (anything but a raw capsule)."""
     cls = type(x)
     source = adapter_for(x)
@@ -97,12 +100,14 @@ def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device
     home, move_to = destination(src_dev, target, device, copy)
     if move_to is not None:
         record, probed = plan_move(x, source, target, home, move_to, fallback, dtype, device, copy, stream)
-        front = Front(record, None if dry else probed, x=x, source=source, fallback=fallback, dtype=dtype)
+        front = Front(record, None if dry else probed, x=x, source=source, fallback=fallback, dtype=dtype,
+                      readonly=readonly)  # fmt: skip
         return front._replace(devices=(src_dev, home))
     check_stream(stream, target, src_dev)  # the caller's options first
     require_device(target, home, f"to_{target.name}()")  # then a GPU this process lacks (a CPU-only build)
     caps = target.capabilities()
-    front = Front(Handoff("?", target.name), None, None, x, source, caps, fallback, dtype, (src_dev, home))
+    front = Front(Handoff("?", target.name), None, None, x, source, caps, fallback, dtype, (src_dev, home),
+                  readonly=readonly)  # fmt: skip
     deferred = defers(stream, target, src_dev)
     if deferred and not dry:  # decided when the consumer asks for the capsule, with its stream (no export before)
         who = source.name if source is not None else producer_name(x) or "?"
@@ -149,7 +154,8 @@ def exported_handoff(front: Front, target: Adapter, copy: bool | None, wire: Han
             raise known from err
     info = placed(capsule, info, src_dev, home, relabel=capsule is not None)
     # A copy the producer made is the copy copy=True asks for: none after the import.
-    record = decide(info, target, caps, front.fallback, front.dtype, None if standin and copy else copy, source=source)
+    record = decide(info, target, caps, front.fallback, front.dtype, None if standin and copy else copy, source=source,
+                    readonly=front.readonly)  # fmt: skip
     return capsule, info, record._replace(producer_copy=made.why) if standin else record
 
 
@@ -173,15 +179,16 @@ def run_one(front: Front, target: Adapter, copy: bool | None) -> Any:
 
 
 def _capsule_stage(capsule: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any,
-                   copy: bool | None, stream: int | None) -> Front:  # fmt: skip
+                   copy: bool | None, stream: int | None, readonly: str) -> Front:  # fmt: skip
     """A raw capsule: it can be relabelled (pinned -> cpu, CPU ids), not moved or made dense."""
     info = read(capsule)
     device_to = raw_destination(info, target, device)  # the caller's capsule: relabelled right before the import
     if device_to is not None:
         info = described_on(info, device_to)
     caps = target.capabilities()
-    record = decide(info, target, caps, fallback, dtype, copy, raw=True)
-    return Front(record, capsule, info, capsule, None, caps, fallback, dtype, (info.device, info.device), device_to)
+    record = decide(info, target, caps, fallback, dtype, copy, raw=True, readonly=readonly)
+    return Front(record, capsule, info, capsule, None, caps, fallback, dtype, (info.device, info.device), device_to,
+                 readonly=readonly)  # fmt: skip
 
 
 def to_host(x: Any, dtype: str | None, exported: Any = None) -> Any:

@@ -208,7 +208,8 @@ def _reason(cell: Cell, report: Report) -> str:
     if kind == "UnsupportedDtypeError":
         return f"{kind}: {cell.consumer} {version} cannot hold these dtypes"
     if kind == "ReadOnlyError":
-        return f"{kind}: {cell.producer}'s arrays are read-only and {cell.consumer} {version} arrays cannot be (pass copy=True)"
+        fix = 'copy=True or readonly="drop"' if 'readonly="drop"' in err else "copy=True"  # (as dlbridge's message)
+        return f"{kind}: {cell.producer}'s arrays are read-only and {cell.consumer} {version} arrays cannot be (pass {fix})"
     return err[:160]
 
 
@@ -286,10 +287,10 @@ def _producers_only(report: Report) -> list[str]:
         out.append(f"- {names}: a producer only (dlbridge reads its arrays and converts into none): rows, no column.")
     readonly = [k.replace(":", " on ") for k in report.meta.get("readonly_sources", ())]
     if readonly:
-        out.append(f"- Every array of {', '.join(readonly)} is read-only (its capsules are flagged READ_ONLY, or, "
-                   "from a producer that cannot flag them, refused by dlbridge): its cells are judged as read-only "
-                   "sources, and consumers whose arrays cannot be read-only get "
-                   "`ReadOnlyError` from dlbridge (`🛡 refused`; `copy=True` converts).")  # fmt: skip
+        out.append(f"- Every array of {', '.join(readonly)} is read-only (its framework's arrays are immutable, "
+                   "whatever their capsules say, or its capsules are flagged READ_ONLY): its cells are judged as "
+                   "read-only sources, and consumers whose arrays cannot be read-only get `ReadOnlyError` from "
+                   'dlbridge (`🛡 refused`; `copy=True` converts, `readonly="drop"` shares).')  # fmt: skip
     return out
 
 

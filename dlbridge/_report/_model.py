@@ -11,7 +11,7 @@ from .._capsule._read import DLPackInfo, device_name
 from .._dtypes import BY_NAME, DType, dtype_name
 from .._errors import ReadOnlyError
 from .._pipeline._devices import home_of
-from .._pipeline._handoff import Handoff, decide
+from .._pipeline._handoff import COPIED, Handoff, decide
 from ._cases import REPORTED
 
 __all__ = ["ATTEMPTS", "Attempt", "Cell", "Export", "Report", "RESULTS", "MODES", "predict", "predict_layout",
@@ -277,7 +277,7 @@ def predict(cell: Cell, caps: dict[str, Any], device_codes: dict[str, int]) -> s
     label = predict_export(cell.producer, cell.dtype, caps)
     if label == "refused":
         return "error"
-    record = _decided(cell, c, device_codes, "dense", readonly=False, label=label)
+    record = _decided(cell, c, device_codes, "dense", readonly=False, label=label, native=True)
     if record is None:
         return "error"  # the consumer cannot use the producer's device (the pipeline moves it first)
     if record.native_import:
@@ -317,12 +317,14 @@ def _legacy_readonly(cell: Cell, caps: dict[str, Any]) -> bool:
     return readonly and bool(caps.get(cell.producer, {}).get("exports_legacy_only"))
 
 
-def _decided(cell: Cell, caps: Capabilities, device_codes: dict[str, int], layout: str,
-             readonly: bool, label: str | None = None, legacy: bool = False) -> Handoff | None:  # fmt: skip
+def _decided(cell: Cell, caps: Capabilities, device_codes: dict[str, int], layout: str, readonly: bool,
+             label: str | None = None, legacy: bool = False, native: bool = False) -> Handoff | None:  # fmt: skip
     """``decide``'s record for the cell's source (``layout``, ``readonly``) as its producer exports it
     for ``caps`` (versioned where the consumer reads versioned capsules and the producer makes them,
     not ``legacy``) on the producer's device; None where the consumer cannot use that device
-    (``home_of``: the pipeline moves the memory)."""
+    (``home_of``: the pipeline moves the memory). ``native``: what the consumer's own from_dlpack makes
+    of the capsule, which knows nothing of the producer's immutable arrays (decided as for an array
+    nothing else holds, ``COPIED``: only the capsule's own READ_ONLY flag counts)."""
     target = ADAPTERS[cell.consumer]
     home, usable = home_of((device_codes[cell.producer_device], 0), target)
     if not usable:
@@ -332,7 +334,8 @@ def _decided(cell: Cell, caps: Capabilities, device_codes: dict[str, int], layou
     d, versioned = BY_NAME.get(label) or _FLOAT_LABELS[label], caps.versioned_capsules and not legacy
     info = DLPackInfo(label, d.code, d.bits, d.lanes, device_name(home[0]), home[1], shape, strides, 0, 64,
                       readonly, versioned, (1, 3) if versioned else None, cell.producer, device_code=home[0])  # fmt: skip
-    return decide(info, target, caps, "raise", None, None, source=REPORTED.get(cell.producer))
+    return decide(info, target, caps, "raise", None, None, source=REPORTED.get(cell.producer),
+                  readonly=COPIED if native else "keep")  # fmt: skip
 
 
 def _dlbridge_layout(cell: Cell, caps: Capabilities, device_codes: dict[str, int], legacy: bool = False) -> str | None:
@@ -346,9 +349,10 @@ def _dlbridge_layout(cell: Cell, caps: Capabilities, device_codes: dict[str, int
         return "ReadOnlyError" if record is not None and record.error is ReadOnlyError else None
     if record.dense is not None:
         return "copy"
-    given = record.given
-    kept = given is not None and given.readonly and not record.drop_readonly
-    return "readonly" if readonly and (kept or not ADAPTERS[cell.consumer].mutable_arrays) else "ok"
+    # Read-only memory stays read-only unless READ_ONLY was dropped (a copy): where the consumer has read-only
+    # arrays, makes every import read-only, or has immutable arrays only.
+    holds = caps.readonly_arrays or caps.readonly_imports or not ADAPTERS[cell.consumer].mutable_arrays
+    return "readonly" if readonly and not record.drop_readonly and holds else "ok"
 
 
 def predict_export(producer: str, dtype: str, caps: dict[str, Any]) -> str:

@@ -282,8 +282,10 @@ def _layouts(framework: str, device: str) -> dict[str, str | None]:
 
 
 def _readonly_source(framework: str, device: str) -> bool:
-    """Whether the producer's plain arrays are read-only (their capsules flagged READ_ONLY, as
-    Arrow's): its dense cells are then judged as read-only sources."""
+    """Whether the producer's plain arrays are read-only (immutable arrays, as JAX's and Arrow's, whatever
+    their capsules say; or capsules flagged READ_ONLY): its dense cells are then judged as read-only sources."""
+    if not REPORTED[framework].mutable_arrays:
+        return True
     try:
         return inspect(make_source(framework, device, reference(LAYOUT_DTYPE))).readonly
     except ReadOnlyError:  # a producer that cannot mark a capsule read-only (pyarrow < 26): refused as such

@@ -2,9 +2,12 @@
 and the stored routes (``Replay``) made from the records ``decide`` makes.
 
 A spec is a one-item list holding the target's ``State``, replaced whole when it changes. The route keys
-are ``dtype triple | fallback index << 32 | device type << 40 | device id << 48``: a route is decided
-once per key (``_decide``), by the pipeline's own decision function, for a plain capsule of that dtype on
-that device, and stored where its record says it may be replayed (``Handoff.admits``).
+are ``dtype triple | options << 32 | device type << 40 | device id << 48``, where ``options`` is
+``fallback index | readonly index << 4 | read-only memory << 5`` (``readonly=``'s index in ``READONLY``;
+read-only memory: the capsule's READ_ONLY flag, or its Producer's ``readonly``, ORed): a route is
+decided once per key (``_decide``), by the pipeline's own decision function, for a plain capsule of that
+dtype on that device, writable or read-only as the key says, and stored where its record says it may be
+replayed (``Handoff.admits``).
 """
 
 from __future__ import annotations
@@ -18,16 +21,19 @@ from .._adapters._fast import FastRoute
 from .._capabilities import Capabilities
 from .._capsule._read import DLPackInfo, device_name
 from .._dtypes import BY_NAME, BY_TRIPLE
-from .._options import FALLBACKS
+from .._options import FALLBACKS, READONLY
 from .._pipeline._devices import home_of
 from .._pipeline._handoff import decide
 from .._pipeline._logical import remembering
 from ._records import EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD, Producer, Replay, State
 from ._specs import SPECS
 
-__all__ = ["SPECS", "DEVICE_SHIFT", "DEVICE_ID_SHIFT", "producers", "spec_for", "new_state", "learn", "current"]
+__all__ = ["SPECS", "OPTIONS_SHIFT", "READONLY_SHIFT", "READ_ONLY_MEMORY", "DEVICE_SHIFT", "DEVICE_ID_SHIFT",
+           "producers", "spec_for", "new_state", "learn", "current"]  # fmt: skip
 
-DEVICE_SHIFT, DEVICE_ID_SHIFT = 40, 48
+# The route key's fields (the module docstring; route.c's find_route builds the same key).
+OPTIONS_SHIFT, DEVICE_SHIFT, DEVICE_ID_SHIFT = 32, 40, 48
+READONLY_SHIFT, READ_ONLY_MEMORY = 4, 1 << 5  # within the options byte
 
 # exact type -> Producer: filled as arrays of each type pass the pipeline; replaced whole, never edited.
 producers: dict[type, Any] = {}
@@ -103,8 +109,9 @@ def _producer(cls: type, source: Any) -> Any:
                   "gpu_kind": gpu_kind, "current_device": gpu.current_device}  # fmt: skip
         alias = alias if export is not None else gpu.alias
         relabels = relabels if export is not None else gpu.relabels
+    # Immutable arrays (JAX) are read-only memory whatever their capsules say: the route ORs READ_ONLY in.
     return Producer(kind=kind, handle=handle, guards=None if guards is None else tuple(guards), alias=alias,
-                    relabels=relabels, **fields)  # fmt: skip
+                    relabels=relabels, readonly=not source.mutable_arrays, **fields)  # fmt: skip
 
 
 def _prepare(target: Adapter, caps: Capabilities) -> Any:
@@ -150,26 +157,29 @@ def _decide_into(routes: dict[int, Any], target: FastRoute, caps: Capabilities, 
 
 
 def _decide(target: FastRoute, caps: Capabilities, key: int) -> Any:
-    """The route for one (consumer row, dtype, fallback, device): a Replay of the record ``decide`` makes
-    for a plain capsule of that dtype on that device (dense C order, writable, the capsule kind the
-    consumer reads), where the record says the route may replay it (``Handoff.admits``: a native import
-    or a zero-copy relabel, and the capsules it holds for); None: the pipeline decides each time (a
-    refusal, an upcasting copy, memory the consumer finds elsewhere)."""
-    code, bits, lanes, fallback = key & 0xFF, (key >> 8) & 0xFF, (key >> 16) & 0xFFFF, (key >> 32) & 0xFF
+    """The route for one (consumer row, dtype, fallback, readonly=, read-only memory, device): a Replay of
+    the record ``decide`` makes for a plain capsule of that dtype on that device (dense C order, writable
+    or read-only memory as the key says, the capsule kind the consumer reads), where the record says the
+    route may replay it (``Handoff.admits``: a native import or a zero-copy relabel, and the capsules it
+    holds for); None: the pipeline decides each time (a refusal, an upcasting copy, memory the consumer
+    finds elsewhere)."""
+    code, bits, lanes, options = key & 0xFF, (key >> 8) & 0xFF, (key >> 16) & 0xFFFF, (key >> OPTIONS_SHIFT) & 0xFF
+    fallback, choice, readonly = options & 0xF, (options >> READONLY_SHIFT) & 1, bool(options & READ_ONLY_MEMORY)
     device = ((key >> DEVICE_SHIFT) & 0xFF, key >> DEVICE_ID_SHIFT)
     name = BY_TRIPLE.get((code, bits, lanes))
     if name is None or home_of(device, target) != (device, True):  # the pipeline relabels or moves it first
         return None
-    versioned = caps.versioned_capsules
+    if fallback >= len(FALLBACKS):
+        return None
+    versioned = caps.versioned_capsules  # (read-only memory in a legacy capsule: its producer's, decide knows)
     # one element (the dimensions are the consumer's importer's to check: Warp's, from its "ndim" row; a
     # capsule it refuses without taking it goes to the pipeline, which says why)
-    info = DLPackInfo(name, code, bits, lanes, device_name(device[0]), device[1], (1,), None, 0, 0, False, versioned,
+    info = DLPackInfo(name, code, bits, lanes, device_name(device[0]), device[1], (1,), None, 0, 0, readonly, versioned,
                       None, None, device_code=device[0])  # fmt: skip
-    record = decide(info, target, caps, FALLBACKS[fallback], None, None)
-    if record.admits is None:
+    record = decide(info, target, caps, FALLBACKS[fallback], None, None, readonly=READONLY[choice])
+    if record.admits is None or record.plan is None:
         return None
     plan = record.plan
-    assert plan is not None  # a record that admits capsules has a plan
     if plan.mode == "reinterpret":
         finish = target.viewer(plan.logical)
     elif plan.mode == "view":  # the same record of its logical dtype the pipeline makes

@@ -56,6 +56,7 @@ class _PyProducer:
     device_type: int = 0  # ... of this device type (0: the method gives the type too)
     gpu_kind: int = EXPORT_METHOD  # EXPORT_EXCHANGE (no sync: same streams only) or EXPORT_METHOD (stream=)
     current_device: Any = None  # current_device() -> id where the producer's handshake needs x's device current
+    readonly: bool = False  # its arrays are read-only whatever their capsules say (JAX's are immutable)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +75,7 @@ class _PyReplay:
     readonly_ok: bool = field(init=False)
     offset_ok: bool = field(init=False)
     align: int = field(init=False)
+    clear_readonly: bool = field(init=False)  # READ_ONLY cleared before the import (readonly="drop")
 
     def __post_init__(self) -> None:
         admits = self.record.admits
@@ -83,10 +85,12 @@ class _PyReplay:
             raise TypeError("Replay(finish=) must be callable or None")
         for name in _ADMISSION:
             value = getattr(admits, name)
-            object.__setattr__(self, name, bool(value) if name.endswith("_ok") else int(value))
+            object.__setattr__(self, name, int(value) if name in _INTEGERS else bool(value))
 
 
-_ADMISSION = ("wire", "triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align")
+_ADMISSION = ("wire", "triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align",
+              "clear_readonly")  # fmt: skip
+_INTEGERS = ("wire", "triple", "device_type", "device_id", "kinds", "align")
 
 
 for _cls in (_PyState, _PyProducer, _PyReplay):

@@ -1,13 +1,15 @@
 """The fast route: the common conversion, decided once and replayed.
 
 Most handoffs are the same few cases over and over: an array of a framework's own type, dense C order,
-no keyword but ``fallback=``. For those the decision depends only on the consumer's capability row, the
-capsule's dtype, the fallback and the device, so it is made once by the pipeline's own decision function
+no keyword but ``fallback=`` and ``readonly=``. For those the decision depends only on the consumer's
+capability row, the capsule's dtype, the fallback, ``readonly=``, whether the memory is read-only (the
+capsule's READ_ONLY flag, or its Producer's ``readonly``: JAX arrays are immutable whatever their capsules
+say) and the device, so it is made once by the pipeline's own decision function
 (``_handoff.decide``, through ``_learn``) and stored as a ``Replay`` of its record: the dtype the consumer
 is handed, what turns its import into the result, and the capsules the record holds for (its
 ``Admission``), which the route compares with each export's facts — it decides nothing itself.
 
-``convert(spec, x, fallback, dtype, device, copy, stream)`` replays a route: the compiled one in
+``convert(spec, x, fallback, dtype, device, copy, stream, readonly)`` replays a route: the compiled one in
 ``dlbridge/_csrc/route.c`` when it is built, else the Python one here, which takes the same steps:
 the producer's guards (CPU memory), or its GPU guards, the array's device and the stream handshake
 (``_gpu``); one export; the capsule read (``_capsule._probe``) and checked against the stored route;
@@ -39,7 +41,7 @@ from typing import Any, NamedTuple
 from .._accelerator import accel
 from .._adapters import adapter_named
 from .._capsule._carriers import Carrier
-from .._capsule._edit import relabel_triple, restore_triple
+from .._capsule._edit import relabel_triple, restore, restore_triple, rewrite
 from .._capsule._probe import (
     CODE_AT,
     DATA_AT,
@@ -52,11 +54,23 @@ from .._capsule._probe import (
     VERSIONED_AT,
     probe,
 )
-from .._options import FALLBACKS, NOT_GIVEN, default_cell, get_default_fallback, resolve_fallback
+from .._options import FALLBACKS, NOT_GIVEN, READONLY, default_cell, get_default_fallback, resolve_fallback
 from .._pipeline import _logical
 from .._pipeline._convert import _convert
 from . import _gpu as gpu
-from ._learn import DEVICE_ID_SHIFT, DEVICE_SHIFT, SPECS, current, learn, new_state, producers, spec_for
+from ._learn import (
+    DEVICE_ID_SHIFT,
+    DEVICE_SHIFT,
+    OPTIONS_SHIFT,
+    READ_ONLY_MEMORY,
+    READONLY_SHIFT,
+    SPECS,
+    current,
+    learn,
+    new_state,
+    producers,
+    spec_for,
+)
 from ._records import (  # noqa: F401  (_Py*: the pure-Python records, also where compiled ones are used)
     EXPORT_FUNCTION,
     EXPORT_METHOD,
@@ -81,7 +95,7 @@ _state = new_state
 
 
 def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any,
-              exported: Any = None) -> Any:  # fmt: skip
+              readonly: Any = "keep", exported: Any = None) -> Any:  # fmt: skip
     """What both routes decline to: the full pipeline converts x, then the route learns from it.
     ``exported``: x's capsule, which the route exported and declined before any consumer saw it; the
     pipeline reads it instead of exporting x again. Or the error that export raised, which the pipeline
@@ -91,7 +105,7 @@ def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, c
     if type(spec[0].target) is str:  # a spec not yet used (_specs): its target by name
         spec[0] = new_state(adapter_named(spec[0].target))
     target = spec[0].target
-    result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream, exported)
+    result = _convert(x, target, resolve_fallback(fallback), dtype, device, copy, stream, exported, readonly=readonly)
     learn(spec, target, x, result if dtype is device is copy is stream is None else None)
     return result
 
@@ -101,18 +115,19 @@ def _pipeline(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, c
 _views = _logical._entries  # mutated in place, never rebound
 
 
-def convert(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any) -> Any:
+def convert(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any,
+            readonly: Any = "keep") -> Any:  # fmt: skip
     """x converted for the spec's target: a replayed route, else the pipeline (``_pipeline``)."""
     state = spec[0]  # held for the whole call (see the module docstring)
     if dtype is None and device is None and copy is None and stream is None and state.ready:
         producer = producers.get(type(x))
         if producer is not None and not (_views and id(x) in _views):
-            result = _replay(state, producer, x, fallback)
+            result = _replay(state, producer, x, fallback, readonly)
             if type(result) is _Handover:
-                return _pipeline(spec, x, fallback, dtype, device, copy, stream, result.capsule)
+                return _pipeline(spec, x, fallback, dtype, device, copy, stream, readonly, result.capsule)
             if result is not _DECLINED:
                 return result
-    return _pipeline(spec, x, fallback, dtype, device, copy, stream)
+    return _pipeline(spec, x, fallback, dtype, device, copy, stream, readonly)
 
 
 _DECLINED = object()
@@ -126,6 +141,9 @@ class _Handover(NamedTuple):
 
 
 _FALLBACK_INDEX = {name: i for i, name in enumerate(FALLBACKS)}
+_KEEP = READONLY[0]
+# readonly= as its route key bits (the options byte): its canonical names only (the pipeline checks the rest).
+_READONLY_BITS = {name: i << READONLY_SHIFT for i, name in enumerate(READONLY)}
 
 
 def _fallback_index(fallback: Any) -> int | None:
@@ -136,11 +154,15 @@ def _fallback_index(fallback: Any) -> int | None:
     return _FALLBACK_INDEX.get(fallback) if type(fallback) is str else None  # an array's == is elementwise
 
 
-def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
+def _replay(state: Any, producer: Any, x: Any, fallback: Any, readonly: Any) -> Any:
     cell = default_cell[0] if fallback is NOT_GIVEN else None  # the common call, without a function call
     fb = _FALLBACK_INDEX.get(cell) if cell is not None else _fallback_index(fallback)
-    if fb is None:
+    choice = 0 if readonly is _KEEP else _READONLY_BITS.get(readonly) if type(readonly) is str else None
+    if fb is None or choice is None:
         return _DECLINED
+    options = fb | choice
+    if producer.readonly:  # its arrays are read-only whatever their capsules say
+        options |= READ_ONLY_MEMORY
     try:
         guard = state.caps_guard  # capabilities that vary at run time (JAX's x64 flag)
         if guard is not None and getattr(guard[0], guard[1]) is not guard[2]:
@@ -150,16 +172,16 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
             return state.self_import(x) if any(d is dtype for d in state.self_dtypes) else _DECLINED
         guards = producer.guards
         if guards is not None and guards_hold(guards, x):  # CPU memory (the guards say so)
-            return _deliver(state, _export(state, producer, x), fb, _CPU)
+            return _deliver(state, _export(state, producer, x), options, _CPU)
         if producer.gpu_guards is None or not guards_hold(producer.gpu_guards, x):
             return _DECLINED
         device = gpu.device_of(producer, x)
         if device[0] == 1:  # a CPU array of a producer whose arrays may be anywhere (JAX with a GPU)
-            return _deliver(state, _export(state, producer, x), fb, device)
+            return _deliver(state, _export(state, producer, x), options, device)
         if device[0] not in _GPU_TYPES:
             return _DECLINED
         if state.deferred:
-            return _import_deferred(state, producer, x, fb, device)
+            return _import_deferred(state, producer, x, options, device)
         stream = gpu.consumer_stream(state, device)
         capsule = None if stream is None else gpu.export(producer, x, device, stream, state.versioned)
         if capsule is None:
@@ -172,22 +194,26 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any) -> Any:
         return _Handover(failed.error)
     except Exception:
         return _DECLINED
-    return _deliver(state, capsule, fb, device)
+    return _deliver(state, capsule, options, device)
 
 
-def _deliver(state: Any, capsule: Any, fb: int, device: tuple[int, int]) -> Any:
+def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int]) -> Any:
     """An exported capsule on ``device`` (the one its array claimed) checked, and imported as its
     stored route says; a ``_Handover`` of it where the route does not replay it (or the consumer
-    refused it without taking it), ``_DECLINED`` where the consumer took it and failed."""
-    found = _route_for(state, capsule, fb, device)
+    refused it without taking it), ``_DECLINED`` where the consumer took it and failed. ``options``: the
+    route key's options byte (``_learn``), its read-only bit the Producer's."""
+    found = _route_for(state, capsule, options, device)
     if type(found) is not tuple:
         return found
-    triple, replay = found
-    return _import(state, capsule, triple, replay, device)
+    triple, replay, saved = found
+    return _import(state, capsule, triple, replay, device, saved)
 
 
-def _route_for(state: Any, capsule: Any, fb: int, device: tuple[int, int]) -> Any:
-    """(triple, Replay) for a capsule the stored route replays; a ``_Handover`` or ``_DECLINED`` otherwise."""
+def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) -> Any:
+    """(triple, Replay, saved) for a capsule the stored route replays; a ``_Handover`` or ``_DECLINED``
+    otherwise. The capsule's READ_ONLY flag is ORed into the options' read-only bit (the Producer's) for both
+    the key and the admission; where the route clears it (``clear_readonly``: readonly="drop") it is cleared
+    here, and ``saved`` is what puts it back (None: nothing cleared), as the compiled ``find_route`` does."""
     facts = probe(capsule)
     if facts is None or (facts[VERSIONED_AT] and not state.versioned):
         return _DECLINED  # unread, or not the capsule kind the pipeline asks this consumer's producer for
@@ -197,18 +223,22 @@ def _route_for(state: Any, capsule: Any, fb: int, device: tuple[int, int]) -> An
     triple = facts[CODE_AT] | facts[CODE_AT + 1] << 8 | facts[CODE_AT + 2] << 16
     if not 0 <= where[0] <= 0xFF or not 0 <= where[1] <= 0x7FFF:
         return _Handover(capsule)
-    key = triple | fb << 32 | where[0] << DEVICE_SHIFT | where[1] << DEVICE_ID_SHIFT
+    flags = facts[FLAGS_AT] | (1 if options & READ_ONLY_MEMORY else 0)  # READ_ONLY: the capsule's, or its Producer's
+    options |= READ_ONLY_MEMORY if flags & 1 else 0
+    key = triple | options << OPTIONS_SHIFT | where[0] << DEVICE_SHIFT | where[1] << DEVICE_ID_SHIFT
     replay = state.routes.get(key, _DECLINED)
     if replay is _DECLINED:
         replay = state.decide(key)
-    if replay is None or not _admitted(replay, facts, triple):
+    if replay is None or not _admitted(replay, facts, triple, flags):
         return _Handover(capsule)
-    return triple, replay
+    cleared = replay.clear_readonly and facts[FLAGS_AT] & 1  # readonly="drop": a flag to clear
+    return triple, replay, rewrite(capsule, None, None, True) if cleared else None
 
 
-def _admitted(replay: Any, facts: Any, triple: int) -> bool:
+def _admitted(replay: Any, facts: Any, triple: int, flags: int) -> bool:
     """Whether the capsule is one the stored route's record holds for: its admission, compared field by
-    field (``decide`` made them; nothing is decided here). The compiled route's ``admitted``."""
+    field (``decide`` made them; nothing is decided here). ``flags``: the capsule's, READ_ONLY ORed in
+    where its Producer's arrays are read-only. The compiled route's ``admitted``."""
     layout = facts[LAYOUT_AT]
     if layout == OTHER or triple != replay.triple:
         return False
@@ -216,7 +246,7 @@ def _admitted(replay: Any, facts: Any, triple: int) -> bool:
         return False
     if not replay.kinds & (2 if facts[VERSIONED_AT] else 1):
         return False
-    if (facts[FLAGS_AT] & 1 and not replay.readonly_ok) or (facts[OFFSET_AT] and not replay.offset_ok):
+    if (flags & 1 and not replay.readonly_ok) or (facts[OFFSET_AT] and not replay.offset_ok):
         return False
     return layout == EMPTY or not (facts[DATA_AT] + facts[OFFSET_AT]) % replay.align
 
@@ -255,7 +285,7 @@ class _ExportFailed(Exception):
         self.error = error
 
 
-def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[int, int]) -> Any:
+def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[int, int], saved: Any) -> Any:
     wire, finish = replay.wire, replay.finish
     if wire != triple:
         relabel_triple(capsule, wire)
@@ -264,6 +294,8 @@ def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[in
     except MemoryError:
         raise
     except Exception:
+        if saved is not None:  # READ_ONLY cleared by _route_for
+            restore(capsule, saved)
         if wire != triple:
             restore_triple(capsule, triple)
         # refused without taking it (still named as exported): the pipeline decides on it, no second export
@@ -271,16 +303,16 @@ def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[in
     return result if finish is None else finish(result)
 
 
-def _import_deferred(state: Any, producer: Any, x: Any, fb: int, device: tuple[int, int]) -> Any:
+def _import_deferred(state: Any, producer: Any, x: Any, options: int, device: tuple[int, int]) -> Any:
     """A GPU array into a consumer that asks for the capsule with its own stream (``_gpu.deferred``):
     exported inside its import, checked against the stored route there, finished as the route says."""
     chosen: list[Any] = []
 
     def check(capsule: Any) -> Any:
-        found = _route_for(state, capsule, fb, device)
+        found = _route_for(state, capsule, options, device)
         if type(found) is not tuple:
             raise gpu.Declined
-        triple, replay = found
+        triple, replay, _ = found  # (READ_ONLY cleared where readonly="drop" asks)
         if replay.wire != triple:
             relabel_triple(capsule, replay.wire)
         chosen.append(replay)
@@ -296,5 +328,5 @@ _convert_py = convert  # the Python route, by this name also where the compiled 
 if accel is not None:
     # The compiled route (dlbridge/_csrc/route.c) takes the same steps as ``convert`` above, reading the
     # same records, and declines to the same ``_pipeline``.
-    accel.configure(producers, _views, default_cell, FALLBACKS, NOT_GIVEN, get_default_fallback, _pipeline)
+    accel.configure(producers, _views, default_cell, FALLBACKS, NOT_GIVEN, get_default_fallback, _pipeline, READONLY)
     convert = accel.convert

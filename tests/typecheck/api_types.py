@@ -40,6 +40,11 @@ def options_are_checked(t: torch.Tensor) -> None:
     dlbridge.to_numpy(t, dtype=3)  # type: ignore[arg-type]
     dlbridge.to_numpy(t, copy="yes")  # type: ignore[arg-type]
     dlbridge.to_torch(t, stream="default")  # type: ignore[arg-type]
+    dlbridge.to_torch(t, readonly="drop")
+    dlbridge.convert(t, "torch", readonly="keep")
+    dlbridge.explain(t, "torch", readonly="drop")
+    dlbridge.to_torch(t, readonly="yes")  # type: ignore[arg-type]
+    dlbridge.convert(t, "torch", readonly=True)  # type: ignore[call-overload]
 
 
 def arrays_support_dlpack(t: torch.Tensor, n: np.ndarray[Any, Any]) -> None:
