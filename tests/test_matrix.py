@@ -59,7 +59,12 @@ def test_cell(producer: str, consumer: str, dtype: str, layout: str) -> None:
             dlbridge.convert(src, consumer)
         return
 
-    out = dlbridge.convert(src, consumer)
+    options: dict[str, Any] = {}
+    if not ADAPTERS[producer].mutable_arrays and not (caps.readonly_arrays or caps.copies_imports):  # read-only memory (JAX)
+        with pytest.raises(dlbridge.ReadOnlyError, match='readonly="drop"'):
+            dlbridge.convert(src, consumer)
+        options["readonly"] = "drop"  # the same memory, as an array not to be written
+    out = dlbridge.convert(src, consumer, **options)
 
     assert dtype_name(consumer, out) == dtype
     assert tuple(out.shape) == expected.shape
@@ -123,7 +128,7 @@ def test_jax_x64_on_int64_both_ways() -> None:
         j = dlbridge.to_jax(t)
         assert j.dtype == jnp.int64 and j.unsafe_buffer_pointer() == t.data_ptr(), j
         assert (np.asarray(j) == t.numpy()).all()
-        back = dlbridge.to_torch(j)
+        back = dlbridge.to_torch(j, readonly="drop")  # (a JAX array is read-only memory)
         assert back.data_ptr() == t.data_ptr() and back.dtype == torch.int64
         n = dlbridge.to_numpy(jax.device_put(jnp.arange(3, dtype=jnp.int64), jax.devices("cpu")[0]))
         assert n.dtype == np.int64
