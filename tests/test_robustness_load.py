@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import dlbridge
+from dlbridge._adapters import adapter_for
 from tests._arrays import jax_cpu
 from tests._robust_helpers import TO, data_ptr, np, torch
 from tests.conftest import caps_of, need, option_model_gap
@@ -99,7 +100,9 @@ def _hop(x, target: str, reference: bytes):
     info = dlbridge.inspect(x)
     # torch has no read-only tensors: read-only sources (NumPy views of JAX arrays) need copy=True
     # (and NumPy < 2.1 cannot export a read-only array at all: the capability table says which)
-    copy = True if info.readonly and (target == "torch" or not caps_of(target).readonly_arrays) else None
+    source = adapter_for(x)  # JAX's arrays are read-only memory whatever their capsules say
+    readonly = info.readonly or (source is not None and not source.mutable_arrays)
+    copy = True if readonly and (target == "torch" or not caps_of(target).readonly_arrays) else None
     r = TO[target](x, copy=copy)
     assert _bits(r) == reference, f"{info.describe()} -> {target}: bits changed"
     if info.size:
@@ -182,7 +185,7 @@ def _soak_step(i: int) -> None:
     b11 = jax_cpu(n[:4]).astype(jnp.float8_e4m3b11fnuz)
     if "float8_e4m3b11fnuz" in caps_of("jax").cannot_export:  # JAX < 0.5.3: the same bits from NumPy
         b11 = np.array(b11)  # (np.asarray of a JAX array is read-only)
-    v = dlbridge.to_torch(b11, fallback="view")  # remembered view
+    v = dlbridge.to_torch(b11, fallback="view", readonly="drop")  # remembered view (of read-only JAX memory)
     p = CtypesArray.from_bytes(a.tobytes(), "float32", (SOAK_ELEMENTS,))
     c = dlbridge.to_numpy(p)  # unknown producer
     with pytest.raises(dlbridge.UnsupportedDtypeError):

@@ -9,6 +9,7 @@ second handshake). Declines happen before any export. Runs in a child pytest (``
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import ml_dtypes
 import numpy as np
@@ -107,6 +108,8 @@ def test_warm_gpu_conversions_replay_with_one_export(sim, pipeline, producer, ta
     ref = torch.arange(6, device="cpu").to(getattr(torch, dtype))
     x, ptr = _source(sim, producer, ref)
     to = getattr(dlbridge, f"to_{target}")
+    if producer == "jax":  # JAX's arrays are read-only memory: shared with readonly="drop"
+        to = functools.partial(to, readonly="drop")
     to(x)  # the pipeline converts it and the route learns x's type
     _use_stream(sim, target)
     for _ in range(3):
@@ -231,7 +234,7 @@ def test_cpu_jax_arrays_take_the_cpu_route_where_jax_has_a_gpu(sim, pipeline, ta
     gpu = sim.jax()
     assert ADAPTERS["jax"].has_cuda()
     x = jax.device_put(np.arange(6, dtype=np.float32), jax.devices("cpu")[0])
-    to = getattr(dlbridge, f"to_{target}")
+    to = functools.partial(getattr(dlbridge, f"to_{target}"), readonly="drop")  # (read-only JAX memory)
     to(x)  # the pipeline converts it and the route learns JAX's array type
     for _ in range(3):
         pipeline.calls = 0
