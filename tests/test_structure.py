@@ -426,9 +426,11 @@ def test_the_route_follows_the_admission_in_its_record(monkeypatch: pytest.Monke
     from dlbridge._route import _replay as route
 
     x = np.arange(16, dtype=np.float32)
+    dlbridge.to_torch(x)
+    state = route.SPECS["torch"][0]
+    state.routes.clear()  # only this conversion's route (earlier tests stored others: readonly=, fallback=)
     for _ in range(3):
         dlbridge.to_torch(x)  # learned: NumPy's Producer, torch's State, the float32 route
-    state = route.SPECS["torch"][0]
     key, replay = next((k, r) for k, r in state.routes.items() if r is not None and r.triple == 0x1_20_02)
     calls: list[object] = []
     real = route._convert
