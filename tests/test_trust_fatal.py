@@ -123,6 +123,7 @@ def test_at_the_consumers_import(exc: type[BaseException], warmth: str) -> None:
 @pytest.mark.parametrize("method", ["__dlpack__", "__dlpack_device__"])
 def test_at_a_known_producers_export(exc: type[BaseException], warmth: str, method: str) -> None:
     jnp = need("jax").numpy
+    need("torch")
     x = jnp.arange(8, dtype=jnp.float32)  # shared as torch reads it (readonly="drop": JAX arrays are immutable)
     cls = type(x)
     inject = Injector()

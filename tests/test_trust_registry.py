@@ -107,6 +107,8 @@ def test_threads_making_dropping_and_recalling_views_lose_no_record() -> None:
 
 
 def test_a_view_alive_at_exit_prints_nothing() -> None:
+    need("torch")
+    need("ml_dtypes")
     code = """
         import numpy as np, ml_dtypes, torch, dlbridge
         fp8 = np.arange(64, dtype=np.uint8).view(ml_dtypes.float8_e4m3b11fnuz)
