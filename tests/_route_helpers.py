@@ -95,3 +95,19 @@ def counting_declines() -> Iterator[Counter[str]]:
         yield counts
     finally:
         _route._convert = pipeline
+
+
+class PipelineCount:
+    """Counts the pipeline's conversions (``_convert.run_stages``): 0 on a replay."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from dlbridge._pipeline import _convert as convert_module
+
+        self.calls = 0
+        real = convert_module.run_stages
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(convert_module, "run_stages", counted)

@@ -20,8 +20,8 @@ import pytest
 import dlbridge
 from dlbridge import _accelerator
 from dlbridge._options import NOT_GIVEN
-from dlbridge._pipeline import _convert as _convert
 from dlbridge._route import _learn, _replay
+from tests._route_helpers import PipelineCount
 from tests.simcuda import exact
 from tests.simcuda.harness import Sim, modelled_stack
 
@@ -36,18 +36,6 @@ PAIRS = [("torch", "cupy"), ("cupy", "torch"), ("jax", "torch"), ("jax", "cupy")
 DTYPES = ["float32", "bfloat16", "bool"]
 
 
-class Pipeline:
-    """Counts the pipeline's conversions (``_convert.run_stages``): 0 on a replay."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        real = _convert.run_stages
-
-        def counted(*args, **kwargs):
-            self.calls += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(_convert, "run_stages", counted)
 
 
 @pytest.fixture
@@ -62,8 +50,8 @@ def sim(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture
-def pipeline(monkeypatch: pytest.MonkeyPatch) -> Pipeline:
-    return Pipeline(monkeypatch)
+def pipeline(monkeypatch: pytest.MonkeyPatch) -> PipelineCount:
+    return PipelineCount(monkeypatch)
 
 
 def _values(ref):

@@ -17,7 +17,7 @@ import pytest
 
 import dlbridge
 from dlbridge._errors import DLBridgeError
-from dlbridge._pipeline import _convert as _convert
+from tests._route_helpers import PipelineCount
 from tests.simcuda import exact
 from tests.simcuda.harness import Sim, modelled_stack
 
@@ -29,18 +29,6 @@ jnp = jax.numpy
 STREAM = 0x5A00  # the consumer's current stream in these tests (not the default stream)
 
 
-class Pipeline:
-    """Counts the pipeline's conversions (``_convert.run_stages``): 0 on a replay."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        real = _convert.run_stages
-
-        def counted(*args, **kwargs):
-            self.calls += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(_convert, "run_stages", counted)
 
 
 @pytest.fixture
@@ -54,8 +42,8 @@ def sim(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture
-def pipeline(monkeypatch: pytest.MonkeyPatch) -> Pipeline:
-    return Pipeline(monkeypatch)
+def pipeline(monkeypatch: pytest.MonkeyPatch) -> PipelineCount:
+    return PipelineCount(monkeypatch)
 
 
 def _source(sim: Sim, producer: str, ref, device: int = 0):

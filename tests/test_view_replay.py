@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 import dlbridge
-from dlbridge._pipeline import _convert as _convert
 from dlbridge._pipeline import _logical as _logical
-from tests._route_helpers import on_both_paths, route_path  # noqa: F401 - the fixture parametrized below
+from tests._route_helpers import PipelineCount, on_both_paths, route_path  # noqa: F401 - route_path: a fixture
 from tests.conftest import need
 
 ml_dtypes = need("ml_dtypes")
@@ -23,21 +22,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     on_both_paths(metafunc)
 
 
-class Counted:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        real = _convert.run_stages
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(_convert, "run_stages", counted)
 
 
 @pytest.fixture
-def pipeline(monkeypatch: pytest.MonkeyPatch) -> Counted:
-    return Counted(monkeypatch)
+def pipeline(monkeypatch: pytest.MonkeyPatch) -> PipelineCount:
+    return PipelineCount(monkeypatch)
 
 
 def _numpy_fp8() -> np.ndarray:  # a dtype torch cannot hold: float8_e4m3b11fnuz
