@@ -34,7 +34,7 @@ from ._devices import (
     require_device,
 )
 from ._export import MAX_VERSION, StandIn, capsule_of, described, export, inspect
-from ._handoff import Handoff, decide
+from ._handoff import COPIED, Handoff, decide
 from ._logical import _entries as _views  # mutated in place, never rebound
 from ._moves import plan_move
 from ._plan import recalled_fallback
@@ -153,9 +153,11 @@ def exported_handoff(front: Front, target: Adapter, copy: bool | None, wire: Han
                 raise
             raise known from err
     info = placed(capsule, info, src_dev, home, relabel=capsule is not None)
-    # A copy the producer made is the copy copy=True asks for: none after the import.
-    record = decide(info, target, caps, front.fallback, front.dtype, None if standin and copy else copy, source=source,
-                    readonly=front.readonly)  # fmt: skip
+    # A copy the producer made is the copy copy=True asks for: none after the import, and the caller's own
+    # (COPIED: handed over writable where the consumer imports it read-only, NumPy < 2.2).
+    made_copy = standin and bool(copy)
+    record = decide(info, target, caps, front.fallback, front.dtype, None if made_copy else copy, source=source,
+                    readonly=COPIED if made_copy else front.readonly)  # fmt: skip
     return capsule, info, record._replace(producer_copy=made.why) if standin else record
 
 
