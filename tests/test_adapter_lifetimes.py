@@ -21,6 +21,7 @@ import pytest
 import dlbridge
 from dlbridge._adapters import ADAPTERS, ALL_ADAPTERS, Adapter
 from dlbridge._dtypes import decode_table
+from dlbridge._options import Readonly
 from tests.conftest import need
 from tests.ctypes_producer import CtypesArray
 
@@ -48,7 +49,9 @@ def _survives(build: Callable[[], Built], adapter: Adapter) -> None:
     """``build()``'s array exported to torch and NumPy, then dropped (the only reference is here)."""
     array, want = build()
     ptr = adapter.data_ptr(array)
-    outs: list[Any] = [dlbridge.to_torch(array), dlbridge.to_numpy(array)]
+    # torch arrays cannot be read-only: read-only memory (JAX's) is shared as readonly="drop" asks
+    readonly: Readonly = "drop" if adapter.is_readonly(array) else "keep"
+    outs: list[Any] = [dlbridge.to_torch(array, readonly=readonly), dlbridge.to_numpy(array)]
     del array
     gc.collect()
     for out in outs:

@@ -48,7 +48,7 @@ def test_every_target_has_a_public_function_written_out() -> None:
         assert f.__doc__.startswith(f"``x`` as a ``{'.'.join(adapter.framework.array_type)}``: ")
         assert adapter.display in f.__doc__
         params = inspect.signature(f).parameters
-        assert list(params) == ["x", "fallback", "dtype", "device", "copy", "stream"]
+        assert list(params) == ["x", "fallback", "dtype", "device", "copy", "stream", "readonly"]
         assert params["x"].kind is inspect.Parameter.POSITIONAL_ONLY
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(params.values())[1:])
         assert inspect.signature(f).return_annotation.partition("[")[0] == ".".join(adapter.framework.array_type)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import dlbridge
+from dlbridge._options import Readonly
 from tests._route_helpers import on_both_paths, route_path  # noqa: F401 - route_path: on_both_paths's fixture
 from tests.conftest import need
 
@@ -185,9 +186,12 @@ def test_success_paths_of_frameworks_export_once(jax_exports: list[int]) -> None
     jnp = need("jax").numpy
     for target in ("numpy", "torch", "jax"):
         need(target)
+        caps = dlbridge.capabilities(target)
+        # JAX arrays are read-only: a consumer that cannot hold them so shares them as readonly="drop" asks
+        readonly: Readonly = "keep" if caps.readonly_arrays or caps.readonly_imports else "drop"
         for _ in range(3):  # cold, then on the fast route
             jax_exports[0] = 0
-            dlbridge.convert(jnp.arange(4, dtype=jnp.float32), target)
+            dlbridge.convert(jnp.arange(4, dtype=jnp.float32), target, readonly=readonly)
             assert jax_exports[0] == 1, target
 
 

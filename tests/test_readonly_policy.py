@@ -57,6 +57,10 @@ def test_jax_into_torch_is_refused_by_default_naming_both_fixes() -> None:
 def test_readonly_drop_is_a_zero_copy_alias_replayed_warm() -> None:
     torch = need("torch")
     x = _jax_array()
+    jax_caps = caps_of("jax")
+    if jax_caps.cannot_export or jax_caps.exports_uint8:  # _adapters/_jax.py _plain_export
+        pytest.skip(f"JAX {jax_caps.version}'s own export needs correcting (cannot_export / exports_uint8 rows): "
+                    "its arrays never take the fast route, so there is no warm replay to check")
     dlbridge.to_torch(x, readonly="drop")  # the first call decides (the pipeline), and the route learns
     with counting_declines() as slow:
         for _ in range(3):
@@ -134,6 +138,10 @@ def test_a_read_only_capsule_of_an_unknown_producer() -> None:
     t = dlbridge.to_torch(p, readonly="drop")
     assert t.dtype == torch.float32 and t.data_ptr() == p.data_ptr
     np.testing.assert_array_equal(t.numpy(), np.arange(4, dtype=np.float32))
+    if not caps_of("numpy").versioned_capsules:  # NumPy < 2.1 reads legacy capsules only, which cannot say
+        with pytest.raises(dlbridge.ReadOnlyError, match="copy=True"):  # read-only: the producer refuses
+            dlbridge.to_numpy(p, readonly="drop")
+        return
     n = dlbridge.to_numpy(p, readonly="drop")
     assert n.ctypes.data == p.data_ptr and not n.flags.writeable
 

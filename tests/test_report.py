@@ -345,9 +345,9 @@ def test_readonly_prediction_native_only_where_a_row_does_dlbridge_from_the_deci
     assert cell.predicted is None and cell.predicted_readonly is None  # no row says what native does
     assert cell.predicted_dlbridge == "ReadOnlyError"
     predict_layout(cell, _hello_caps(numpy={"readonly_arrays": False, "readonly_imports": True}), {"cpu": 1})
-    # Native: a read-only import. dlbridge: decide() refuses sharing read-only memory with a consumer
-    # whose arrays cannot be read-only (its imports are, but what it hands back is not promised).
-    assert (cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge) == ("ok", True, "ReadOnlyError")
+    # Native: a read-only import. dlbridge: decide() shares it read-only, as the consumer's own import of
+    # read-only memory is (_handoff._import_record: readonly_arrays or readonly_imports hold it read-only).
+    assert (cell.predicted, cell.predicted_readonly, cell.predicted_dlbridge) == ("ok", True, "readonly")
 
 
 def test_a_flipped_readonly_row_shows_up_as_a_disagreement_from_a_real_probe():
@@ -366,6 +366,8 @@ def test_a_flipped_readonly_row_shows_up_as_a_disagreement_from_a_real_probe():
     assert cell.disagreement() is None
     cell.predicted_readonly = False  # a row claiming a writable result
     assert "writable array of it; probe: from_dlpack returned a read-only one" in cell.disagreement()
+    # Neither row: dlbridge's decision under this table would refuse the read-only source, and the probe
+    # converted it: flagged.
     predict_layout(cell, _hello_caps(numpy={"readonly_arrays": False, "readonly_imports": False}), {"cpu": 1})
     assert "refuses it (ReadOnlyError)" in cell.disagreement()
 

@@ -249,6 +249,25 @@ def test_readonly_into_numpy_stays_readonly_and_shared(source: str) -> None:
     assert np.asarray(r)[0, 0] == 0
 
 
+def test_a_copy_exported_in_a_read_only_arrays_place_is_handed_over_writable() -> None:
+    """NumPy < 2.2 imports every capsule read-only, and dlbridge makes only mutable memory writable again.
+    The copy a producer dlbridge has no adapter for exports for copy=True (its legacy capsule says nothing
+    of the memory) is the caller's own: decided writable (COPIED), on NumPy 1.26's row whatever is installed."""
+    from dlbridge._adapters import ADAPTERS
+    from dlbridge._capabilities import capabilities
+    from dlbridge._capsule._read import read
+    from dlbridge._pipeline._handoff import COPIED, decide
+
+    caps = capabilities("numpy", "1.26.4")
+    assert caps.readonly_imports and not caps.versioned_capsules
+    raw = np.arange(6, dtype=np.float32).tobytes()
+    info = read(CtypesArray.from_bytes(raw, "float32", (2, 3)).__dlpack__(), "CtypesArray")
+    assert not info.versioned and not info.readonly
+    target = ADAPTERS["numpy"]
+    assert decide(info, target, caps, "raise", None, None, readonly=COPIED).writable
+    assert not decide(info, target, caps, "raise", None, None).writable  # its own memory: as NumPy imports it
+
+
 @pytest.mark.parametrize("consumer", ["torch", "jax"])
 @pytest.mark.parametrize("source", list(READONLY_SOURCES))
 def test_readonly_elsewhere_needs_copy_true(source: str, consumer: str) -> None:

@@ -21,7 +21,10 @@ CODES = np.array([0, 1, 2, 3, 7, 8, 9, 15, 4, 5, 6, 10, 11, 12, 13, 14], dtype=n
 
 def _fp4_numpy() -> np.ndarray:
     ml = need("ml_dtypes")
-    return CODES.copy().view(ml.float4_e2m1fn)
+    fp4 = getattr(ml, "float4_e2m1fn", None)
+    if fp4 is None:
+        pytest.skip(f"ml_dtypes {ml.__version__} has no float4_e2m1fn: NumPy arrays cannot hold fp4 here")
+    return CODES.copy().view(fp4)
 
 
 def test_a_raw_padded_fp4_capsule_reaches_numpy_zero_copy_like_the_arrays() -> None:

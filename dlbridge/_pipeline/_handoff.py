@@ -128,7 +128,9 @@ def _import_record(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: 
     if error is not None:
         return Handoff(who, target.name, info, error[0], error[1], plan)
     producer = ADAPTERS.get(info.producer or "")
-    mutable = info.versioned or (producer is not None and producer.mutable_arrays)
+    # Mutable memory: a versioned capsule (it says READ_ONLY where it is not), a known mutable producer's,
+    # or a copy made for this conversion (COPIED: nobody else holds it, whoever its producer is).
+    mutable = info.versioned or (producer is not None and producer.mutable_arrays) or readonly == COPIED
     strided = info.strides is not None and info.strides != c_strides(info.shape)
     consumer_copies = _consumer_copies(info, caps)
     drop_readonly = (shared_ro or info.readonly) and not holds_readonly

@@ -153,8 +153,9 @@ def exported_handoff(front: Front, target: Adapter, copy: bool | None, wire: Han
                 raise
             raise known from err
     info = placed(capsule, info, src_dev, home, relabel=capsule is not None)
-    # A copy the producer made is the copy copy=True asks for (none after the import), and memory of its own:
-    # the source's read-only state is not its (COPIED).
+    # A copy the producer made is the copy copy=True asks for (none after the import), and memory of its own
+    # (COPIED): the source's read-only state is not its, and it is handed over writable where the consumer
+    # imports it read-only (NumPy < 2.2).
     record = decide(info, target, caps, front.fallback, front.dtype, None if standin and copy else copy, source=source,
                     readonly=COPIED if standin else front.readonly)  # fmt: skip
     return capsule, info, record._replace(producer_copy=made.why) if standin else record
