@@ -262,7 +262,8 @@ def _own(rel: str, name: str) -> bool:
 def test_a_shipped_framework_is_its_two_modules_and_three_shared_places() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     code = {str(p.relative_to(PACKAGE)): _names_in_code(p) for p in sorted(PACKAGE.rglob("*.py"))}
-    extras = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"  # the repository's (not the installed package's)
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
     assert list(REGISTRY.entries) == list(MODULES)
     for name, framework in REGISTRY.entries.items():
         words = {name, framework.module.partition(".")[0], *(a for a in framework.aliases if a.isidentifier())}
