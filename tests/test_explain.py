@@ -30,6 +30,7 @@ from dlbridge._report._cases import (
     make_source,
     reference,
 )
+from tests._arrays import jax_cpu
 from tests.conftest import need
 
 INSTALLED = [name for name in import_order(installed_frameworks()) if "cpu" in REPORTED[name].producer_devices]
@@ -153,13 +154,16 @@ def _grid_sources() -> list[tuple[str, object]]:
     if "torch" in INSTALLED:
         torch = need("torch")
         for n in range(6):
-            out.append((f"torch {n}-d", torch.arange(2.0**n).reshape((2,) * n)))
-        c = torch.tensor([[1 + 2j, 3 - 4j], [5 + 6j, 7 + 8j]], dtype=torch.complex64)
+            out.append((f"torch {n}-d", torch.arange(2.0**n, device="cpu").reshape((2,) * n)))
+        c = torch.tensor([[1 + 2j, 3 - 4j], [5 + 6j, 7 + 8j]], dtype=torch.complex64, device="cpu")
         out += [("torch conj", c.conj()), ("torch conj transposed", c.T.conj())]
         out += [("torch neg", c.conj().imag), ("torch neg transposed", c.conj().imag.T)]
     if "jax" in INSTALLED:
         jnp = need("jax").numpy
-        out += [("jax 0-d", jnp.float32(2.0) * jnp.ones(())), ("jax 5-d", jnp.ones((1, 2, 1, 2, 1)))]
+        out += [("jax 0-d", jax_cpu(2.0, "float32")), ("jax 5-d", jax_cpu(jnp.ones((1, 2, 1, 2, 1))))]
+        # and on JAX's default device (a GPU on a GPU machine, as DLBRIDGE_TEST_FOREIGN_DEFAULT=1 makes it):
+        # a move to the CPU first, then the consumer's refusal, which explain's record must carry as its error
+        out += [("jax 0-d, default device", jnp.ones(())), ("jax 5-d, default device", jnp.ones((1, 2, 1, 2, 1)))]
     return out
 
 
@@ -279,9 +283,9 @@ def _big_sources(size: int = 256 * MIB) -> list[tuple[str, object, str, dict[str
             ("big-endian numpy, copy=True -> numpy", swapped, "numpy", {"copy": True})]  # fmt: skip
     if "torch" in INSTALLED:
         torch = need("torch")
-        conj = torch.ones(n // 2, dtype=torch.complex64).conj()
-        neg = torch.ones(n // 2, dtype=torch.complex64).conj().imag
-        grad = torch.ones(n, requires_grad=True)
+        conj = torch.ones(n // 2, dtype=torch.complex64, device="cpu").conj()
+        neg = torch.ones(n // 2, dtype=torch.complex64, device="cpu").conj().imag
+        grad = torch.ones(n, requires_grad=True, device="cpu")
         out += [("torch conj -> numpy", conj, "numpy", {}), ("torch neg -> numpy", neg, "numpy", {}),
                 ("torch conj, copy=True -> torch", conj, "torch", {"copy": True}),
                 ("torch requires_grad, copy=True -> torch", grad, "torch", {"copy": True})]  # fmt: skip

@@ -289,6 +289,12 @@ class Adapter(ABC):
         """``arr`` as a writable array over the same memory (consumers with ``readonly_imports``)."""
         return arr
 
+    def empty_copy(self, arr: Any) -> tuple[Any, tuple[int, ...]] | None:
+        """Where no capsule can describe ``arr``'s own memory (pyarrow < 26: an immutable Tensor exports
+        only a legacy capsule, which cannot say read-only): an array of its dtype with no elements, and
+        ``arr``'s shape, which ``explain`` reads a copy's description from. None: a capsule can."""
+        return None
+
     # --- array operations the conversion needs (every framework provides them) ----------------
     @abstractmethod
     def view(self, arr: Any, dtype: str) -> Any:

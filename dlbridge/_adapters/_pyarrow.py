@@ -90,6 +90,20 @@ class PyarrowAdapter(Adapter):  # no FastRoute: the pipeline reads every capsule
                     "legacy capsules only, which cannot say read-only (26 flags them READ_ONLY)")  # fmt: skip
         return fix
 
+    def empty_copy(self, arr: Any) -> tuple[Any, tuple[int, ...]] | None:
+        if not self.caps.exports_legacy_only:
+            return None  # pyarrow >= 26: the array's own versioned capsule says its memory
+        import numpy as np
+
+        if isinstance(arr, self.mod.Tensor):
+            host, shape = arr.to_numpy(), tuple(arr.shape)  # zero-copy: a Tensor is one dense buffer
+        else:
+            try:
+                host, shape = arr.to_numpy(zero_copy_only=True), (len(arr),)
+            except self.mod.ArrowInvalid:  # nulls or bit-packed booleans: no capsule describes these at all
+                return None
+        return self.mod.Tensor.from_numpy(np.empty(0, host.dtype)), shape  # mutable: its legacy capsule has data
+
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         mutable = bool(getattr(obj, "is_mutable", False))
         legacy = max_version is None or self.caps.exports_legacy_only  # pyarrow < 26 makes no other capsule

@@ -41,4 +41,15 @@ def explain(x: Any, to: Any, /, *, fallback: Any = NOT_GIVEN, dtype: Any = None,
         front = decide_stage(x, target, resolved, dtype, device, copy, stream, dry=True, readonly=readonly)
     except DLBridgeError as err:
         return refused(who, target.name, err)
-    return front.record
+    return _outcome(front.record)
+
+
+def _outcome(record: Handoff) -> Handoff:
+    """``record`` with the error its chain ends in: a move or dense copy whose array is then refused
+    raises that refusal, so ``error`` and ``message`` say it (``steps`` keep the copy made first)."""
+    last = record
+    while last.then is not None:
+        last = last.then
+    if last is record or last.error is None:
+        return record
+    return record._replace(error=last.error, message=last.message, raised=last.raised)

@@ -95,7 +95,7 @@ class Handoff(NamedTuple):
 
     @property
     def steps(self) -> tuple[str, ...]:
-        if self.error is not None:
+        if self.error is not None and self.then is None:  # (with ``then``: explain's chain that ends refused)
             return (f"refuse: {self.error.__name__}: {self.message}",)
         if self.keep:
             return (
