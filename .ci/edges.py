@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dlbridge._adapters import ADAPTERS, ALL_ADAPTERS  # noqa: E402
+from dlbridge._adapters import ALL_ADAPTERS  # noqa: E402
 from dlbridge._capabilities import (  # noqa: E402
     floor,
     parse_version,
@@ -86,7 +86,7 @@ def installed_version(dist: str) -> str | None:
 
 def distribution(fw: str) -> str:
     """The distribution the base venv has for ``fw`` (tensorflow-cpu, not tensorflow), else the adapter's first."""
-    names = ADAPTERS[fw].distributions
+    names = ALL_ADAPTERS[fw].distributions
     return next((name for name in names if installed_version(name) is not None), names[0])
 
 
@@ -119,7 +119,7 @@ def conflicts(py: str, env: dict[str, str], dist: str) -> set[str]:
 def importable(py: str, env: dict[str, str], fw: str, target: Path) -> str | None:
     """None when NumPy, ml_dtypes and the framework import over this base, the framework from ``target``
     (and torch too where NumPy is the one changed)."""
-    module = ADAPTERS[fw].module
+    module = ALL_ADAPTERS[fw].module
     also = ", torch" if fw == "numpy" else ""
     code = (
         f"import numpy, ml_dtypes{also}, {module} as m; f = m.__file__ or ''; "
@@ -225,6 +225,7 @@ def main() -> int:
         metavar="FW=V1,V2",
         help="check these versions of FW instead of its boundaries (to find where a behaviour starts)",
     )
+    ap.add_argument("--plan", action="store_true", help="list each framework's boundaries, installing nothing")
     ap.add_argument("frameworks", nargs="*", help="only these (default: every framework with consumer rows)")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -239,13 +240,17 @@ def main() -> int:
         ap.error(f"no consumer rows for {', '.join(unknown)}; frameworks with rows: {', '.join(consumers)}")
     known = known_failures(ROOT / ".ci" / "edges-known")
     rows: list[dict[str, str]] = []
-    notes = [f"{name}: no consumer rows (a producer only): nothing to check" for name in ALL_ADAPTERS if name not in ADAPTERS]
+    notes = [f"{name}: no capability rows: nothing to check" for name in ALL_ADAPTERS if name not in consumers]
     for fw in args.frameworks or consumers:
         if fw in NOT_HERE or (fw in HEAVY and not (args.heavy or fw in args.frameworks)):
             notes.append(f"{fw}: not checked: {NOT_HERE.get(fw) or HEAVY[fw] + ' (bash .ci/edges --heavy)'}")
             print(f"=== {fw}: skipped: {notes[-1].split(': ', 2)[-1]}", flush=True)
             continue
         dist, lowest = distribution(fw), floor(fw)
+        if args.plan:  # what a run would look up for fw, without the index or an install
+            print(f"{fw} ({dist}, module {ALL_ADAPTERS[fw].module}): floor {lowest or '-'}, boundaries "
+                  f"{', '.join(boundaries(fw)) or '-'}", flush=True)  # fmt: skip
+            continue
         if fw in chosen:
             todo = [(v, "chosen (--versions)") for v in chosen[fw]]
         else:

@@ -290,9 +290,10 @@ class Adapter(ABC):
         return arr
 
     def empty_copy(self, arr: Any) -> tuple[Any, tuple[int, ...]] | None:
-        """Where no capsule can describe ``arr``'s own memory (pyarrow < 26: an immutable Tensor exports
-        only a legacy capsule, which cannot say read-only): an array of its dtype with no elements, and
-        ``arr``'s shape, which ``explain`` reads a copy's description from. None: a capsule can."""
+        """Where no capsule of ``arr``'s own memory describes its copy (pyarrow < 26: an immutable Tensor
+        exports only a legacy capsule, which cannot say read-only; a byte-swapped NumPy array, whose copy
+        is in this machine's order): an array of the copy's dtype with no elements, and ``arr``'s shape,
+        which ``explain`` reads the copy's description from (``copy``'s). None: ``arr``'s capsule does."""
         return None
 
     # --- array operations the conversion needs (every framework provides them) ----------------

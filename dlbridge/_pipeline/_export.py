@@ -119,17 +119,17 @@ def _readonly_copy(x: Any, source: Adapter | None, stream: int | None, max_versi
             ) from cause
 
     def describe() -> Any:  # the array's own memory, in the kind of capsule the copy's will be
+        empty = source.empty_copy(x) if source is not None else None
+        if empty is not None:  # no capsule of x's memory says the copy (Adapter.empty_copy): none, its dtype
+            standin.shape = empty[1]
+            return _capsule_or_description(export(empty[0], source, stream, max_version))
         try:
             if source is None:
                 raise ReadOnlyError("no writable alias")
             return _capsule_or_description(export(source.writable(x), source, stream, max_version))
         except ReadOnlyError:  # no writable alias (a producer dlbridge has no adapter for, pyarrow): the
             standin.versioned = max_version is not None  # kind that says read-only, read as the copy's kind
-            empty = source.empty_copy(x) if source is not None else None
-            if empty is None:
-                return _capsule_or_description(export(x, source, stream, MAX_VERSION))
-            standin.shape = empty[1]  # no capsule says the array's own memory (pyarrow < 26): none, its dtype
-            return _capsule_or_description(export(empty[0], source, stream, max_version))
+            return _capsule_or_description(export(x, source, stream, MAX_VERSION))
 
     standin = StandIn(make, describe, "a writable copy (the array is read-only)")
     return standin
