@@ -84,6 +84,18 @@ def raise_at_event(k: int, exc: Callable[[], BaseException], only: Callable[[Any
     return tracer, seen
 
 
+def run_traced(op: Callable[[], Any], tracer: Callable[..., Any]) -> BaseException | None:
+    """``op()`` under the trace function ``tracer``: what it raised (None: it returned)."""
+    sys.settrace(tracer)
+    try:
+        op()
+    except BaseException as err:  # what reached the caller: the callers check it
+        return err
+    finally:
+        sys.settrace(None)
+    return None
+
+
 def inject_everywhere(op: Callable[[], Any], exc: Callable[[], BaseException], *, limit: int = 20000,
                       only: Callable[[Any], bool] = in_dlbridge, check: Callable[[], None] | None = None) -> int:  # fmt: skip
     """Run ``op`` once per trace event of dlbridge's code it passes, raising ``exc()`` at that event;
@@ -96,15 +108,8 @@ def inject_everywhere(op: Callable[[], Any], exc: Callable[[], BaseException], *
         k += 1
         assert k <= limit, f"more than {limit} trace events: the operation does not end"
         tracer, seen = raise_at_event(k, exc, only)
-        caught: BaseException | None = None
         with unraisable() as dropped:
-            sys.settrace(tracer)
-            try:
-                op()
-            except BaseException as err:  # what reached the caller is checked below
-                caught = err
-            finally:
-                sys.settrace(None)
+            caught = run_traced(op, tracer)
             gc.collect()
         assert not dropped, f"event {k}: CPython dropped {dropped} (an exception raised where it cannot propagate)"
         if seen[0] < k:  # fewer events than k: nothing was raised, the operation ran to its end

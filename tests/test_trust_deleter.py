@@ -10,6 +10,7 @@ the others. Each consumer gets such capsules many times over, raw and from an ob
 from __future__ import annotations
 
 import gc
+import re
 import subprocess
 import sys
 import textwrap
@@ -54,7 +55,7 @@ def test_a_capsule_without_a_deleter_never_reaches_a_consumer_that_dies_releasin
             for x in (arr.capsule(versioned), arr):  # a raw capsule, and an object handing one out
                 if caps.aborts_on_null_deleter:
                     with pytest.raises(dlbridge.CapsuleError, match=r"deleter is NULL .* kills the process .* "
-                                       rf"Hand it to numpy first, .* dlbridge\.to_{name}\(dlbridge\.to_numpy\(x\)"):  # fmt: skip
+                                       rf"Hand it to (\w+) first, .* dlbridge\.to_{name}\(dlbridge\.to_\1\(x\)"):  # fmt: skip
                         dlbridge.convert(x, name)
                     continue
                 try:
@@ -70,29 +71,39 @@ def test_a_capsule_without_a_deleter_never_reaches_a_consumer_that_dies_releasin
 @ON_BOTH_PATHS
 @pytest.mark.parametrize("versioned", [False, True], ids=["legacy", "versioned"])
 def test_the_refusal_names_a_fix_that_works(versioned: bool) -> None:
+    """The fix the refusal names, followed: the framework it names holds the producer's memory, and JAX
+    gets it from there (shared; a legacy capsule's read-only NumPy import with the one copy it names).
+    Where NumPy reads only legacy capsules (< 2.1), a versioned capsule is named to torch when torch is
+    imported, else to NumPy with the upgrade that lets it read one."""
     jax = need("jax")
     if not dlbridge.capabilities("jax").aborts_on_null_deleter:
         pytest.skip("this JAX is not known to abort on a capsule without a deleter")
-    numpy_caps = dlbridge.capabilities("numpy")
-    if versioned and not numpy_caps.versioned_capsules:
-        pytest.skip(f"the fix hands the array to NumPy, and NumPy {numpy_caps.version} reads only legacy capsules: "
-                    "this producer exports versioned ones only")
+    if findable("torch"):
+        need("torch")  # a framework imported already that reads versioned capsules on every NumPy
     arr = _null_deleter_array(versioned)
     capsule = arr.capsule(versioned)
-    fix = (
-        r"dlbridge\.to_jax\(dlbridge\.to_numpy\(x\)\) shares"
-        if versioned
-        else (r"dlbridge\.to_jax\(dlbridge\.to_numpy\(x\), copy=True\) \(one copy")
-    )
-    with pytest.raises(dlbridge.CapsuleError, match=r"float32\[16\] comes in a capsule whose deleter is NULL.*" + fix):
+    with pytest.raises(dlbridge.CapsuleError, match=r"float32\[16\] comes in a capsule whose deleter is NULL") as got:
         dlbridge.to_jax(capsule)
+    found = re.search(r"Hand it to (\w+) first, which releases it safely: (.*?); or have", str(got.value))
+    assert found is not None, got.value
+    via, fix = found.groups()
+    numpy_reads_versioned = dlbridge.capabilities("numpy").versioned_capsules
+    if not versioned:
+        assert via == "numpy" and fix.startswith("dlbridge.to_jax(dlbridge.to_numpy(x), copy=True) (one copy"), fix
+    elif numpy_reads_versioned or not findable("torch"):
+        assert via == "numpy" and fix.startswith("dlbridge.to_jax(dlbridge.to_numpy(x)) shares"), fix
+        assert ("once numpy reads versioned capsules" in fix) is not numpy_reads_versioned, fix
+        if not numpy_reads_versioned:
+            pytest.skip(f"the fix names the NumPy upgrade it needs: {fix}")
+    else:
+        assert via == "torch" and fix.startswith("dlbridge.to_jax(dlbridge.to_torch(x)) shares"), fix
     for _ in range(REPEAT):
-        host = dlbridge.to_numpy(arr)  # NumPy releases such a capsule safely, and exports its own
-        out = dlbridge.to_jax(host) if versioned else dlbridge.to_jax(host, copy=True)
-        assert host.ctypes.data == arr.base  # NumPy shares the producer's memory
+        held = dlbridge.convert(arr, via)  # releases such a capsule safely, and exports its own
+        out = dlbridge.to_jax(held) if versioned else dlbridge.to_jax(held, copy=True)
+        assert ADAPTERS[via].data_ptr(held) == arr.base  # it shares the producer's memory
         assert (out.unsafe_buffer_pointer() == arr.base) is versioned  # and JAX, but for a legacy capsule
         assert np.array_equal(np.asarray(out), np.arange(16, dtype=np.float32))
-        del out, host
+        del out, held
     gc.collect()
     assert jax.numpy.zeros(2).sum() == 0  # still alive
 

@@ -26,7 +26,7 @@ import pytest
 
 import dlbridge
 from dlbridge._accelerator import accel
-from tests._trust_helpers import ON_BOTH_PATHS, in_dlbridge, trust_path, unraisable  # noqa: F401 (a fixture)
+from tests._trust_helpers import ON_BOTH_PATHS, in_dlbridge, run_traced, trust_path, unraisable  # noqa: F401 (a fixture)
 from tests.conftest import need
 
 pytestmark = ON_BOTH_PATHS
@@ -114,15 +114,8 @@ def _run_injected(op: Callable[[], Any], k: int, j: int) -> _Run:
             raise _Injected(f"first, at event {k} in {_where(frame)}")  # tracing stops here
         return tracer
 
-    caught: BaseException | None = None
     with unraisable() as dropped:
-        sys.settrace(tracer)
-        try:
-            op()
-        except BaseException as err:  # what reached the caller is checked below
-            caught = err
-        finally:
-            sys.settrace(None)
+        caught = run_traced(op, tracer)
         got, reached = type(caught) if caught is not None else None, _chain(caught)
         caught = None  # what the interrupted conversion left (its frames, a capsule) is freed here
         sys.setprofile(None)

@@ -15,12 +15,12 @@ __all__ = ["null_deleter_refusal", "raw_fp4_refusal"]
 def null_deleter_refusal(info: DLPackInfo, target: Adapter, caps: Capabilities) -> str:
     """Why a capsule without a deleter is not handed to a consumer that dies releasing its import,
     and the two steps that do it safely (a framework that releases it first, then its export)."""
-    if not info.on_host:
-        via = _device_holder(info, target)
+    if not info.on_host or info.versioned:
+        via = _holder(info, target)
         fix = f"dlbridge.to_{target.name}(dlbridge.to_{via}(x)) shares the same memory"
-    elif info.versioned:
-        via = HOST.name
-        fix = f"dlbridge.to_{target.name}(dlbridge.to_{via}(x)) shares the same memory"
+        if via == HOST.name and HOST.loaded() and info.versioned and not HOST.caps.versioned_capsules:
+            fix += (f" once {HOST.name} reads versioned capsules (pip install -U \"numpy>=2.1\"; {HOST.name} "
+                    f"{HOST.version} reads only legacy ones)")  # fmt: skip
     else:  # NumPy imports a legacy capsule read-only (it cannot say otherwise), which JAX gets as a copy
         via = HOST.name
         fix = (f"dlbridge.to_{target.name}(dlbridge.to_{via}(x), copy=True) (one copy: a legacy capsule cannot say "
@@ -34,14 +34,18 @@ def null_deleter_refusal(info: DLPackInfo, target: Adapter, caps: Capabilities) 
     )
 
 
-def _device_holder(info: DLPackInfo, target: Adapter) -> str:
-    """A framework that can hold the capsule's device memory: one imported already whose capability row says
-    it releases a capsule without a deleter safely, else the first the registry lists for that device."""
+def _holder(info: DLPackInfo, target: Adapter) -> str:
+    """A framework that can hold the capsule's memory: one imported already whose capability rows say it
+    reads the capsule's kind and releases it without a deleter safely (NumPy first for host memory), else
+    NumPy for host memory, else the first the registry lists for that device."""
     found = holders(info, target)
+    if info.on_host and HOST in found:
+        found = [HOST, *(a for a in found if a is not HOST)]
     for adapter in found:
         if adapter.loaded() and not adapter.caps.aborts_on_null_deleter:
-            return adapter.name
-    return found[0].name if found else HOST.name
+            if adapter.caps.versioned_capsules or not info.versioned:
+                return adapter.name
+    return HOST.name if info.on_host or not found else found[0].name
 
 
 def raw_fp4_refusal(info: DLPackInfo, target: Adapter, caps: Capabilities, kind: str) -> str:
