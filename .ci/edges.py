@@ -230,7 +230,8 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.monotonic()
     work = Path(args.work).resolve()  # absolute: an import is checked to come from under it
-    work.mkdir(parents=True, exist_ok=True)
+    if not args.plan:
+        work.mkdir(parents=True, exist_ok=True)
     bases = [sys.executable, *([args.fallback] if args.fallback else [])]
     consumers = list(dict.fromkeys(r.consumer for r in table()))
     chosen = {fw: vs.split(",") for fw, _, vs in (v.partition("=") for v in args.versions)}
@@ -285,7 +286,7 @@ def main() -> int:
                 print(f"    {problem}", flush=True)
     took = time.monotonic() - t0
     text = markdown(rows, notes, took)
-    if args.out:
+    if args.out and not args.plan:
         Path(args.out).write_text(text)
     failed = [f"{r['fw']} {r['version']}" for r in rows if r["result"] == "FAILED"]
     counts = {k: sum(r["result"].startswith(k) for r in rows) for k in ("ok", "skipped", "differs", "known")}

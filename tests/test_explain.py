@@ -337,3 +337,21 @@ def test_a_copy_the_producer_makes_is_the_one_copy_true_asks_for() -> None:
             twice.append(f"{label}: the conversion grew the peak by {rss // MIB} MiB for a {size // MIB} MiB source")
         held.clear()  # the result freed before the next case
     assert not twice, "\n".join(twice)
+
+
+def test_a_move_then_refused_is_the_records_error() -> None:
+    """A record whose moved (or dense) array is then refused carries that refusal as its own ``error`` and
+    ``message``, as the conversion raises it, and its steps keep the copy made first (on a GPU machine: a
+    JAX array on the GPU, moved to the CPU for Warp, which has no 0-d arrays; the foreign-default pass of
+    the suite makes that case for real in ``test_explain_agrees_on_shapes_lazy_bits_and_devices``)."""
+    from dlbridge._pipeline._explain import _outcome
+    from dlbridge._pipeline._record import Handoff, Move
+
+    refusal = Handoff("jax", "warp", error=dlbridge.LayoutError, message="warp arrays have 1 to 4 dimensions")
+    moved = Handoff("jax", "warp", move=Move((2, 0), (1, 0), "jax"), then=refusal)
+    record = _outcome(moved)
+    assert record.error is dlbridge.LayoutError and record.message == refusal.message
+    assert record.steps == ("jax copies it cuda:0 → cpu:0", "refuse: LayoutError: warp arrays have 1 to 4 dimensions")
+    assert not record.shares and record.to_json()["error"] == "LayoutError"
+    fine = Handoff("jax", "warp", move=Move((2, 0), (1, 0), "jax"), then=Handoff("jax", "warp"))
+    assert _outcome(fine) is fine and _outcome(refusal) is refusal

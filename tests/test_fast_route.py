@@ -8,6 +8,7 @@ compiled module, again in a child pytest on pure Python (``[pure-python]``, test
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import json
@@ -20,6 +21,7 @@ import time
 import warnings
 import weakref
 from pathlib import Path
+from typing import Any
 from typing import Any
 
 import numpy as np
@@ -89,6 +91,39 @@ def _source(framework: str, dtype: str):
     else:
         need("jax")
     return make_source(framework, dtype, "contiguous")[0]
+
+
+def test_torch_default_device_keeps_the_route_and_other_modes_do_not() -> None:
+    """``torch.set_default_device`` / ``with torch.device(...)`` pushes torch's ``DeviceContext`` mode, which
+    only places what factory functions make: torch tensors keep the route under it (on a GPU machine whose
+    default device is the GPU as anywhere), sharing memory. Any other TorchFunctionMode sends them through
+    the pipeline (torch's own ``__dlpack__``, which that mode sees), with or without a DeviceContext below."""
+    torch = need("torch")
+    from torch.overrides import TorchFunctionMode
+
+    class Seen(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            Seen.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    t = torch.arange(6, dtype=torch.float32, device="cpu")
+    dlbridge.to_numpy(t), dlbridge.to_numpy(t)  # warm
+    with torch.device("meta"):
+        assert torch._C._is_torch_function_mode_enabled() and torch.empty(1).device.type == "meta"
+        with counting_declines() as slow:
+            outs = [dlbridge.to_numpy(t) for _ in range(3)]
+    assert slow["numpy"] == 0, "torch's default-device mode sent a plain tensor through the pipeline"
+    assert all(o.ctypes.data == t.data_ptr() and o.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] for o in outs)
+    for modes in ((Seen(),), (torch.device("meta"), Seen())):
+        Seen.calls = 0
+        with counting_declines() as slow, contextlib.ExitStack() as stack:
+            for mode in modes:
+                stack.enter_context(mode)
+            out = dlbridge.to_numpy(t)
+        assert slow["numpy"] == 1 and Seen.calls > 0, (modes, slow, Seen.calls)
+        assert out.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 # Plain conversions the route does not take yet (each takes the full pipeline every time: correct,

@@ -516,9 +516,10 @@ def test_numpy_to_numpy_of_a_dtype_dlpack_cannot_carry(dtype: str) -> None:
 
 @pytest.mark.parametrize("to", ["numpy", "torch", "jax"])
 def test_a_read_only_byte_swapped_array_with_copy_true(to: str) -> None:
-    """copy=True of a read-only big-endian array: a native-order copy, on every path and NumPy version
-    (NumPy < 2.1 refuses to export a read-only array, and any byte-swapped one: the copy it exports in the
-    array's place was byte-swapped too, refused with ReadOnlyError while explain foresaw ProducerError)."""
+    """copy=True of a read-only big-endian array: NumPy's own copy into NumPy, a native-order copy into the
+    others, on every path and NumPy version (NumPy < 2.1 refuses to export a read-only array, and any
+    byte-swapped one: the copy it exported in the array's place was byte-swapped too, refused with
+    ReadOnlyError while explain foresaw ProducerError)."""
     _all_paths_agree(Source("numpy", ">f4", readonly=True), to, Options(copy=True))
     need(ADAPTERS[to].module)
     x = np.arange(6, dtype=">f4")
@@ -527,8 +528,15 @@ def test_a_read_only_byte_swapped_array_with_copy_true(to: str) -> None:
     out = dlbridge.convert(x, to, copy=True)
     assert record.error is None and not record.shares, record
     host = ADAPTERS[to].prober.to_host(out)
-    # (NumPy >= 2.1 to NumPy: the array's own copy, big-endian still; elsewhere a native-order one)
-    assert host.dtype.newbyteorder("=") == np.float32 and host.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    # NumPy keeps the array's own dtype (its copy is big-endian still); the others get a native-order copy
+    assert host.dtype == (np.dtype(">f4") if to == "numpy" else np.float32), host.dtype
+    assert host.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert out.flags.writeable if to == "numpy" else True
+    field = np.zeros(4, np.dtype([("a", "u1"), ("b", "f4")]))["b"]  # strides not a multiple of the itemsize
+    field[:] = [1, 2, 3, 4]
+    field.flags.writeable = False
+    record, out = dlbridge.explain(field, to, copy=True), dlbridge.convert(field, to, copy=True)
+    assert record.error is None and ADAPTERS[to].prober.to_host(out).tolist() == [1.0, 2.0, 3.0, 4.0]
     assert ADAPTERS[to].data_ptr(out) != x.ctypes.data
 
 

@@ -117,7 +117,7 @@ def test_allow_list_is_used() -> None:
     assert set(ALLOWED) <= seen, sorted(set(ALLOWED) - seen)
 
 
-def test_scanner_sees_code_not_comments() -> None:
+def test_scanner_sees_code_not_comments(tmp_path: Path) -> None:
     source = (
         '"""numpy in a docstring is fine."""\n'
         "import numpy as np  # torch in a comment is fine\n"
@@ -125,8 +125,7 @@ def test_scanner_sees_code_not_comments() -> None:
         '    """jax here too."""\n'
         '    return np.asarray, f"e.g. {1} cupy.asarray", getattr(x, "paddle")\n'
     )
-    tmp = PACKAGE.parent / "build" / "structure_probe.py"
-    tmp.parent.mkdir(exist_ok=True)
+    tmp = tmp_path / "structure_probe.py"  # (not in the checkout: stacks of the version matrix run at once)
     tmp.write_text(source, encoding="utf-8")
     try:
         words = sorted({w for _, w, _ in framework_names_in_code(tmp)})
@@ -295,7 +294,7 @@ def test_devices_and_streams_are_decided_in_one_module() -> None:
     assert device_rule_breaks(PACKAGE / DEVICES, DEVICES), "the scanner no longer sees the devices module's own rules"
 
 
-def test_device_scanner_sees_each_kind_of_rule() -> None:
+def test_device_scanner_sees_each_kind_of_rule(tmp_path: Path) -> None:
     source = (
         "from .._capsule._read import alias_device\n"
         "def f(info, home, target, stream):\n"
@@ -303,8 +302,7 @@ def test_device_scanner_sees_each_kind_of_rule() -> None:
         "    if info.device != home or info.device_code != 1:\n"
         "        return target.current_stream(home), info.device_id\n"
     )
-    tmp = PACKAGE.parent / "build" / "device_probe.py"
-    tmp.parent.mkdir(exist_ok=True)
+    tmp = tmp_path / "device_probe.py"  # (not in the checkout: stacks of the version matrix run at once)
     tmp.write_text(source, encoding="utf-8")
     try:
         hits = device_rule_breaks(tmp, "_pipeline/_probe.py")
@@ -544,7 +542,7 @@ def test_no_import_circle_among_dlbridges_modules() -> None:
     )
 
 
-def test_import_circle_scanner_sees_circles_and_the_imports_that_close_them() -> None:
+def test_import_circle_scanner_sees_circles_and_the_imports_that_close_them(tmp_path: Path) -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
     assert _circles(graph) == [["a", "b", "c"]]
     source = (
@@ -561,8 +559,7 @@ def test_import_circle_scanner_sees_circles_and_the_imports_that_close_them() ->
         "def f():\n"
         "    from ._convert import direct\n"
     )
-    probe = PACKAGE.parent / "build" / "circle_probe.py"
-    probe.parent.mkdir(exist_ok=True)
+    probe = tmp_path / "circle_probe.py"  # (not in the checkout: stacks of the version matrix run at once)
     known = {"dlbridge._pipeline._stage", "dlbridge._pipeline._export", "dlbridge._errors",
              "dlbridge._pipeline._moves", "dlbridge._capsule._read", "dlbridge._pipeline._convert"}  # fmt: skip
     probe.write_text(source, encoding="utf-8")

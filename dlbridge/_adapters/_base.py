@@ -289,11 +289,17 @@ class Adapter(ABC):
         """``arr`` as a writable array over the same memory (consumers with ``readonly_imports``)."""
         return arr
 
+    def exportable_copy(self, arr: Any) -> Any:
+        """A writable copy of ``arr`` that DLPack can carry (what ``copy=True`` exports in a read-only
+        array's place where its own export is refused): ``copy`` unless the framework's copies keep
+        something DLPack has no word for (NumPy: a byte order other than this machine's)."""
+        return self.copy(arr)
+
     def empty_copy(self, arr: Any) -> tuple[Any, tuple[int, ...]] | None:
-        """Where no capsule of ``arr``'s own memory describes its copy (pyarrow < 26: an immutable Tensor
-        exports only a legacy capsule, which cannot say read-only; a byte-swapped NumPy array, whose copy
-        is in this machine's order): an array of the copy's dtype with no elements, and ``arr``'s shape,
-        which ``explain`` reads the copy's description from (``copy``'s). None: ``arr``'s capsule does."""
+        """Where no capsule of ``arr``'s own memory describes its ``exportable_copy`` (pyarrow < 26: an
+        immutable Tensor exports only a legacy capsule, which cannot say read-only; a byte-swapped or
+        odd-strided NumPy array): an array of the copy's dtype with no elements, and ``arr``'s shape,
+        which ``explain`` reads the copy's description from. None: ``arr``'s capsule does."""
         return None
 
     # --- array operations the conversion needs (every framework provides them) ----------------

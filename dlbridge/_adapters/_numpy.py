@@ -337,13 +337,14 @@ class NumpyAdapter(FastRoute, Adapter):
         return int(arr.__array_interface__["data"][0])
 
     def empty_copy(self, arr: Any) -> tuple[Any, tuple[int, ...]] | None:
-        if arr.dtype.isnative:
+        if arr.dtype.isnative and not _odd_strides(arr):
             return None
         return self.mod.empty(0, arr.dtype.newbyteorder("=")), tuple(arr.shape)
 
+    def exportable_copy(self, arr: Any) -> Any:
+        return arr.astype(arr.dtype.newbyteorder("="), order="C")  # this machine's order: the only one DLPack has
+
     def copy(self, arr: Any) -> Any:
-        if not arr.dtype.isnative:  # the same values in this machine's byte order: the only one DLPack carries
-            return arr.astype(arr.dtype.newbyteorder("="), order="C")
         return arr.copy()
 
     def contiguous(self, arr: Any) -> Any:

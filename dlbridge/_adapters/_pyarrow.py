@@ -95,14 +95,14 @@ class PyarrowAdapter(Adapter):  # no FastRoute: the pipeline reads every capsule
             return None  # pyarrow >= 26: the array's own versioned capsule says its memory
         import numpy as np
 
-        if isinstance(arr, self.mod.Tensor):
-            host, shape = arr.to_numpy(), tuple(arr.shape)  # zero-copy: a Tensor is one dense buffer
-        else:
-            try:
+        try:
+            if isinstance(arr, self.mod.Tensor):
+                host, shape = arr.to_numpy(), tuple(arr.shape)  # zero-copy: a Tensor is one dense buffer
+            else:
                 host, shape = arr.to_numpy(zero_copy_only=True), (len(arr),)
-            except self.mod.ArrowInvalid:  # nulls or bit-packed booleans: no capsule describes these at all
-                return None
-        return self.mod.Tensor.from_numpy(np.empty(0, host.dtype)), shape  # mutable: its legacy capsule has data
+            return self.mod.Tensor.from_numpy(np.empty(0, host.dtype)), shape  # mutable: its legacy capsule has data
+        except (self.mod.ArrowException, TypeError):  # nulls, bit-packed booleans, dates: DLPack carries none of
+            return None  # them, and explain says the export's own refusal
 
     def export(self, obj: Any, *, stream: int | None, max_version: tuple[int, int] | None) -> Any:
         mutable = bool(getattr(obj, "is_mutable", False))

@@ -16,13 +16,13 @@ from .._errors import MissingFrameworkError
 __all__ = ["AsIs", "StandIn", "FastExport", "export_capsule", "findable", "distribution_version", "import_framework"]
 
 # What Adapter.fast_export returns: (kind, handle, guards, alias, relabel).
-FastExport = tuple[int, Any, tuple[tuple[Any, bool, Any], ...], "str | None", "dict[Any, tuple[Any, int]] | None"]
+FastExport = tuple[int, Any, tuple[tuple[Any, ...], ...], "str | None", "dict[Any, tuple[Any, int]] | None"]
 
 
 class GpuExport(NamedTuple):
     """How an array of one exact type on a GPU takes the fast route's GPU half (``Adapter.fast_gpu_export``)."""
 
-    guards: tuple[tuple[Any, bool, Any], ...]  # as FastExport's, checked before anything is exported
+    guards: tuple[tuple[Any, ...], ...]  # as FastExport's, checked before anything is exported
     device_method: str  # x.<device_method>() says where x is: (type, id), or the id of ...
     device_type: int  # ... this device type (0: the method gives the type too)
     kind: int  # 1: the DLPack C exchange API (no synchronisation), 0: __dlpack__(stream=, max_version=), 3: without max_version

@@ -37,7 +37,8 @@ int check_guards(Call *c, PyObject *guards) {
     Py_ssize_t n = PyTuple_Size(guards); /* a tuple (records.c) */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *guard = PyTuple_GetItem(guards, i);
-        if (guard == NULL || !PyTuple_Check(guard) || PyTuple_Size(guard) != 3) return settle();
+        Py_ssize_t size = guard != NULL && PyTuple_Check(guard) ? PyTuple_Size(guard) : 0;
+        if (size != 3 && size != 4) return settle();
         int call = PyObject_IsTrue(PyTuple_GetItem(guard, 1));
         if (call < 0) return settle();
         PyObject *name = PyTuple_GetItem(guard, 0), *value;
@@ -51,6 +52,12 @@ int check_guards(Call *c, PyObject *guards) {
         if (value == NULL) return settle();
         int same = value == PyTuple_GetItem(guard, 2);
         Py_DECREF(value);
+        if (!same && size == 4) { /* its second chance, asked only where the first answer fails: unless() is True */
+            PyObject *unless = PyObject_CallNoArgs(PyTuple_GetItem(guard, 3));
+            if (unless == NULL) return settle();
+            same = unless == Py_True;
+            Py_DECREF(unless);
+        }
         if (!same) return STEP_DECLINE;
     }
     return STEP_OK;

@@ -109,7 +109,7 @@ def _readonly_copy(x: Any, source: Adapter | None, stream: int | None, max_versi
     def make() -> Any:
         try:
             if source is not None:  # the framework's own copy, exported the adapter's way (ml_dtypes, fp4, ...)
-                return capsule_of(export(source.copy(x), source, stream, max_version))
+                return capsule_of(export(source.exportable_copy(x), source, stream, max_version))
             return x.__dlpack__(stream=stream, copy=True)
         except MemoryError:
             raise

@@ -11,6 +11,7 @@ memory must move to another device first, ``_moves.plan_move``'s.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, NamedTuple
 
 from .._adapters import HOST, Adapter, AsIs, adapter_for, producer_name, symbolic_error
@@ -165,10 +166,10 @@ def _export(x: Any, source: Adapter | None, target: Adapter, caps: Capabilities,
             stream: int | None, failed: BaseException | None = None) -> Any:  # fmt: skip
     """``x``'s capsule for ``target``, or the StandIn of a copy (raises ``AsIs`` where the target gets
     ``x`` itself); ``failed``: the error the fast route's export of ``x`` raised."""
-    if source is target and failed is None and not caps.readonly_arrays and dtype is None and copy is not True:
+    if source is target and failed is None and not caps.readonly_arrays and dtype is None:
         shared = target.readonly_alias(x)  # NumPy < 2.1 cannot export a read-only array to itself
-        if shared is not None:
-            raise AsIs(shared)
+        if shared is not None:  # (copy=True: its own copy, as a NumPy that can export it gives)
+            raise AsIs(shared, partial(target.copy, shared) if copy is True else None)
     version = MAX_VERSION if caps.versioned_capsules else None
     return export(x, source, stream, version, copy, target, dtype, failed)
 

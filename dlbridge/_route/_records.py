@@ -48,10 +48,10 @@ class _PyProducer:
     _fields: ClassVar[tuple[str, ...]]
     kind: int = EXPORT_METHOD  # EXPORT_*: how CPU arrays are exported
     handle: Any = None  # the exchange API capsule, or the export function
-    guards: tuple[tuple[Any, bool, Any], ...] | None = ()  # (attribute, call, expected): CPU memory; None: never
+    guards: tuple[tuple[Any, ...], ...] | None = ()  # (attribute, call, expected[, unless]): CPU memory; None: never
     alias: str | None = None  # a method whose result is exported instead of x
     relabels: dict[Any, tuple[Any, int]] | None = None  # dtype -> (view dtype, triple its capsule gets)
-    gpu_guards: tuple[tuple[Any, bool, Any], ...] | None = None  # the GPU half's guards; None: no GPU half
+    gpu_guards: tuple[tuple[Any, ...], ...] | None = None  # the GPU half's guards; None: no GPU half
     device_method: str | None = None  # x.<device_method>() says where x is: (type, id), or the id ...
     device_type: int = 0  # ... of this device type (0: the method gives the type too)
     gpu_kind: int = EXPORT_METHOD  # EXPORT_EXCHANGE (no sync: same streams only) or EXPORT_METHOD (stream=)
@@ -101,12 +101,15 @@ Producer: Any = _PyProducer if accel is None else accel.Producer
 Replay: Any = _PyReplay if accel is None else accel.Replay
 
 
-def guards_hold(guards: tuple[tuple[Any, bool, Any], ...], x: Any) -> bool:
+def guards_hold(guards: tuple[tuple[Any, ...], ...], x: Any) -> bool:
     """Whether every guard of a Producer holds for x: ``getattr(x, attribute)`` (or ``attribute`` itself
     where it is not a name: a function of the process's state, such as torch's mode check), called where
-    asked, is ``expected`` (by identity). The compiled route checks them the same way (route.c)."""
-    for name, call, expected in guards:
+    asked, is ``expected`` (by identity); a guard with a fourth item ``unless`` also holds where that
+    answer differs but ``unless()`` is True (asked only then, so the common answer costs no Python
+    call). The compiled route checks them the same way (steps.c ``check_guards``)."""
+    for guard in guards:
+        name, call, expected = guard[:3]
         value = getattr(x, name) if type(name) is str else name
-        if (value() if call else value) is not expected:
+        if (value() if call else value) is not expected and (len(guard) < 4 or guard[3]() is not True):
             return False
     return True
