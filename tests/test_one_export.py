@@ -21,6 +21,7 @@ import pytest
 
 import dlbridge
 from dlbridge._options import Readonly
+from tests._arrays import jax_cpu
 from tests._route_helpers import on_both_paths, route_path  # noqa: F401 - route_path: on_both_paths's fixture
 from tests.conftest import need
 
@@ -97,7 +98,7 @@ def test_a_producer_before_dlpack_1_is_asked_again_without_max_version() -> None
 @pytest.mark.parametrize("ndim", [0, 5])
 def test_warp_refuses_its_dimensions_before_the_import_with_one_export(ndim: int) -> None:
     need("warp")
-    for inner in (np.zeros((2,) * ndim, np.float32), need("torch").zeros((2,) * ndim)):
+    for inner in (np.zeros((2,) * ndim, np.float32), need("torch").zeros((2,) * ndim, device="cpu")):
         x = Counted(inner)
         assert dlbridge.explain(x, "warp").error is dlbridge.LayoutError
         assert x.exports == 1  # explain exports once too
@@ -124,8 +125,8 @@ def test_a_generic_producer_needing_a_dense_copy_is_exported_once(target: str) -
 @pytest.fixture
 def jax_exports(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Counts JAX's own ``__dlpack__`` calls (a Python method of its array type)."""
-    jnp = need("jax").numpy
-    cls = type(jnp.zeros(1))
+    need("jax")
+    cls = type(jax_cpu(np.zeros(1, np.float32)))
     real, count = cls.__dlpack__, [0]
 
     def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -137,9 +138,9 @@ def jax_exports(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 
 def _warm(target: str) -> None:
-    jnp = need("jax").numpy
+    need("jax")
     for _ in range(2):  # the fast route learns JAX's arrays and the target's state
-        dlbridge.convert(jnp.zeros(4, jnp.float32), target, readonly="drop")
+        dlbridge.convert(jax_cpu(np.zeros(4, np.float32)), target, readonly="drop")
 
 
 @pytest.mark.parametrize("target", ["numpy", "torch", "jax"])
@@ -147,7 +148,7 @@ def test_a_jax_export_that_fails_on_the_fast_route_is_not_asked_again(target: st
     jnp = need("jax").numpy
     need(target)
     _warm(target)
-    x = jnp.zeros(4, jnp.int4)  # XLA: "type S4 has no DLPack equivalent"
+    x = jax_cpu(np.zeros(4, np.int8), jnp.int4)  # XLA: "type S4 has no DLPack equivalent"
     for _ in range(2):
         jax_exports[0] = 0
         assert _run(x, target) is dlbridge.ProducerError
@@ -156,13 +157,13 @@ def test_a_jax_export_that_fails_on_the_fast_route_is_not_asked_again(target: st
 
 
 def test_a_capsule_warp_refuses_on_the_fast_route_is_decided_once(jax_exports: list[int]) -> None:
-    jnp = need("jax").numpy
+    need("jax")
     need("warp")
     _warm("warp")
     for shape in ((), (1,) * 5):
         jax_exports[0] = 0
         with pytest.raises(dlbridge.LayoutError, match="1 to 4 dimensions"):
-            dlbridge.to_warp(jnp.zeros(shape, jnp.float32))
+            dlbridge.to_warp(jax_cpu(np.zeros(shape, np.float32)))
         assert jax_exports[0] == 1
 
 
@@ -173,7 +174,11 @@ def test_a_capsule_warp_refuses_on_the_fast_route_is_decided_once(jax_exports: l
 def test_success_paths_export_once(target: str) -> None:
     need(target)
     torch = need("torch")
-    sources = [np.arange(6, dtype=np.float32), np.float32(2.0) * np.ones((2, 3), np.float32), torch.arange(6.0)]
+    sources = [
+        np.arange(6, dtype=np.float32),
+        np.float32(2.0) * np.ones((2, 3), np.float32),
+        torch.arange(6.0, device="cpu"),
+    ]
     for inner in sources:
         for copy in (None, True):
             x = Counted(inner)
@@ -183,7 +188,7 @@ def test_success_paths_export_once(target: str) -> None:
 
 
 def test_success_paths_of_frameworks_export_once(jax_exports: list[int]) -> None:
-    jnp = need("jax").numpy
+    need("jax")
     for target in ("numpy", "torch", "jax"):
         need(target)
         caps = dlbridge.capabilities(target)
@@ -191,7 +196,7 @@ def test_success_paths_of_frameworks_export_once(jax_exports: list[int]) -> None
         readonly: Readonly = "keep" if caps.readonly_arrays or caps.readonly_imports else "drop"
         for _ in range(3):  # cold, then on the fast route
             jax_exports[0] = 0
-            dlbridge.convert(jnp.arange(4, dtype=jnp.float32), target, readonly=readonly)
+            dlbridge.convert(jax_cpu(np.arange(4, dtype=np.float32)), target, readonly=readonly)
             assert jax_exports[0] == 1, target
 
 

@@ -68,7 +68,7 @@ def test_below_the_floor_ortvalues_are_refused_naming_the_upgrade() -> None:
     with pytest.raises(dlbridge.ProducerError, match=r'no DLPack export.*"onnxruntime>=1\.26".*x\.numpy\(\)'):
         dlbridge.to_torch(value)
     with pytest.raises(dlbridge.UnsupportedDtypeError, match=r'imports float32 from 1\.26 on.*"onnxruntime>=1\.26"'):
-        dlbridge.to_onnxruntime(torch.arange(4.0))
+        dlbridge.to_onnxruntime(torch.arange(4.0, device="cpu"))
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_the_rows_at_this_version_say_what_its_capsules_say() -> None:
     else:
         raw = probe(fp8.__dlpack__())
         assert raw is not None and (raw[8], raw[9], raw[10]) == (10, 8, 1)
-    t = torch.ones(3, dtype=torch.bool)
+    t = torch.ones(3, dtype=torch.bool, device="cpu")
     if "bool" in CAPS.imports:
         assert ort.OrtValue.from_dlpack(t.__dlpack__()).data_type() == "tensor(bool)"
     else:

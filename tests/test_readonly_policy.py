@@ -20,6 +20,7 @@ import pytest
 
 import dlbridge
 from dlbridge._route import _replay as _route
+from tests._arrays import jax_cpu
 from tests._route_helpers import (  # noqa: F401 - route_path: the fixture on_both_paths parametrizes
     counting_declines,
     on_both_paths,
@@ -35,8 +36,8 @@ JAX_REFUSED = r"jax cpu float32\[16\] is read-only \(JAX arrays are immutable\) 
 
 
 def _jax_array() -> Any:
-    jnp = need("jax").numpy
-    return jnp.arange(16, dtype=jnp.float32)
+    need("jax")
+    return jax_cpu(np.arange(16, dtype=np.float32))
 
 
 def _jax_ptr(x: Any) -> int:
@@ -151,8 +152,7 @@ def test_legacy_only_consumers_take_jax_arrays_with_either_fix(target: str) -> N
     """They read only legacy capsules, which cannot say read-only: JAX exports its arrays' legacy capsules
     (unflagged), so the same two fixes apply; a producer that refuses that export (NumPy) needs copy=True."""
     need(target)
-    jnp = need("jax").numpy
-    x = jnp.arange(16, dtype=jnp.float32)
+    x = _jax_array()
     adapter = dlbridge._adapters.ADAPTERS[target]
     with pytest.raises(dlbridge.ReadOnlyError, match=r"JAX arrays are immutable.*" + BOTH_FIXES):
         dlbridge.convert(x, target)
@@ -183,8 +183,8 @@ def test_a_bad_readonly_is_an_option_error_naming_the_choices(bad: Any) -> None:
 
 def test_the_guard_forwards_readonly() -> None:
     torch = need("torch")
-    jnp = need("jax").numpy
-    x = jnp.arange(4, dtype=jnp.float32)
+    need("jax")
+    x = jax_cpu(np.arange(4, dtype=np.float32))
 
     @dlbridge.guard("torch")
     def keep(t: Any) -> Any:
@@ -209,9 +209,9 @@ def test_the_guard_forwards_readonly() -> None:
     def jax_result_shared(t: Any) -> Any:
         return t + 1
 
-    back = jax_result(torch.zeros(4))  # a JAX result back to torch: copied (results need only values)
+    back = jax_result(torch.zeros(4, device="cpu"))  # a JAX result back to torch: copied (results need only values)
     assert isinstance(back, torch.Tensor) and back.tolist() == [1.0] * 4
-    assert jax_result_shared(torch.zeros(4)).tolist() == [1.0] * 4
+    assert jax_result_shared(torch.zeros(4, device="cpu")).tolist() == [1.0] * 4
 
 
 @pytest.mark.parametrize("consumer", ["torch", "cupy", "paddle"])

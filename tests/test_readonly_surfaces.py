@@ -18,6 +18,7 @@ import pytest
 import dlbridge
 from dlbridge._report._markdown import _producers_only, _reason
 from dlbridge._report._model import Attempt, Cell, Report
+from tests._arrays import jax_cpu
 from tests.conftest import need
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,9 +51,9 @@ def test_cli_explain_takes_readonly() -> None:
 def _refused_cell(producer: str) -> tuple[Cell, Report]:
     """A report cell holding the ReadOnlyError dlbridge really raises for a JAX array into torch."""
     need("torch")
-    jnp = need("jax").numpy
+    need("jax")
     with pytest.raises(dlbridge.ReadOnlyError) as raised:
-        dlbridge.to_torch(jnp.arange(4, dtype=jnp.float32))
+        dlbridge.to_torch(jax_cpu([0, 1, 2, 3], "float32"))
     attempt = Attempt(status="error", error=f"ReadOnlyError: {raised.value}", clean=True)
     cell = Cell(producer, "cpu", "torch", "float32", attempts={"dlbridge": attempt})
     report = Report(meta={"readonly_sources": [f"{producer}:cpu"]}, versions={}, cells=[cell], not_made=[],

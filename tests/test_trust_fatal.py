@@ -22,6 +22,7 @@ import pytest
 import dlbridge
 from dlbridge._adapters import ADAPTERS
 from dlbridge._route import _replay
+from tests._arrays import jax_cpu
 from tests._trust_helpers import ON_BOTH_PATHS, trust_path  # noqa: F401 (a fixture)
 from tests.conftest import need
 from tests.ctypes_producer import CtypesArray, Fields
@@ -110,7 +111,7 @@ def test_at_the_consumers_import(exc: type[BaseException], warmth: str) -> None:
     numpy = ADAPTERS["numpy"]
     numpy._from_dlpack  # noqa: B018  (the cached importer, wrapped below)
     inject = Injector()
-    t = torch.arange(8, dtype=torch.float32)
+    t = torch.arange(8, dtype=torch.float32, device="cpu")
     with _patched(numpy, "_from_dlpack", inject.wrap(numpy.__dict__["_from_dlpack"])):
         _fresh("numpy")  # the route's state takes the wrapped importer when it learns
         if warmth == "warm":
@@ -128,7 +129,7 @@ def test_at_the_consumers_import(exc: type[BaseException], warmth: str) -> None:
 def test_at_a_known_producers_export(exc: type[BaseException], warmth: str, method: str) -> None:
     jnp = need("jax").numpy
     need("torch")
-    x = jnp.arange(8, dtype=jnp.float32)  # shared as torch reads it (readonly="drop": JAX arrays are immutable)
+    x = jax_cpu(np.arange(8), jnp.float32)  # shared as torch reads it (readonly="drop": JAX arrays are immutable)
     cls = type(x)
     inject = Injector()
     with _patched(cls, method, inject.wrap(getattr(cls, method))):
@@ -199,7 +200,7 @@ def test_in_a_guard(exc: type[BaseException], where: str) -> None:
 @pytest.mark.parametrize("attr", ["sharding", "addressable_shards"])
 def test_in_shards(exc: type[BaseException], attr: str) -> None:
     jnp = need("jax").numpy
-    x = jnp.arange(8, dtype=jnp.float32)
+    x = jax_cpu(np.arange(8), jnp.float32)
     cls = type(x)
     inject = Injector()
     original = cls.__dict__[attr]

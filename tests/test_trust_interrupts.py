@@ -36,7 +36,7 @@ def _ops() -> dict[str, Callable[[], Any]]:
     """The conversions the interrupts land in: each makes and drops what it converts."""
     torch, ml = need("torch"), need("ml_dtypes")
     fp8 = np.arange(64, dtype=np.uint8).view(ml.float8_e4m3b11fnuz)  # torch has no such dtype: a view
-    bf16 = torch.arange(64, dtype=torch.float32).to(torch.bfloat16)
+    bf16 = torch.arange(64, dtype=torch.float32, device="cpu").to(torch.bfloat16)
     kept = dlbridge.to_torch(fp8, fallback="view")
 
     def fp8_view() -> None:

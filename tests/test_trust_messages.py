@@ -119,8 +119,8 @@ def test_an_efficient_zero_tensor_is_a_producer_error_naming_the_fix(warm: bool,
     torch = need("torch")
     need(to)
     if warm:  # the fast route has learnt torch float32 -> `to`
-        dlbridge.convert(torch.ones(4), to), dlbridge.convert(torch.ones(4), to)
-    z = torch._efficientzerotensor(4)
+        dlbridge.convert(torch.ones(4, device="cpu"), to), dlbridge.convert(torch.ones(4, device="cpu"), to)
+    z = torch._efficientzerotensor(4, device="cpu")
     with pytest.raises(dlbridge.ProducerError, match=ZERO):
         dlbridge.convert(z, to)
     with pytest.raises(dlbridge.ProducerError, match=ZERO):
@@ -134,7 +134,7 @@ def test_a_functionalized_tensor_is_a_producer_error_naming_the_fix(warm: bool) 
     from torch.func import functionalize
 
     if warm:
-        dlbridge.to_numpy(torch.ones(3)), dlbridge.to_numpy(torch.ones(3))
+        dlbridge.to_numpy(torch.ones(3, device="cpu")), dlbridge.to_numpy(torch.ones(3, device="cpu"))
     seen = []
 
     def body(x: object) -> object:
@@ -146,9 +146,9 @@ def test_a_functionalized_tensor_is_a_producer_error_naming_the_fix(warm: bool) 
         seen.append(1)
         return x
 
-    functionalize(body)(torch.ones(3))
+    functionalize(body)(torch.ones(3, device="cpu"))
     assert seen
-    wrapped = torch._to_functional_tensor(torch.ones(3))  # functionalized outside torch.func, too
+    wrapped = torch._to_functional_tensor(torch.ones(3, device="cpu"))  # functionalized outside torch.func, too
     with pytest.raises(dlbridge.ProducerError, match=r"is a functional tensor \(inside torch\.func\.functionalize, or "
                        r"another functionalization\): a wrapper with no memory of its own; convert outside"):  # fmt: skip
         dlbridge.to_numpy(wrapped)

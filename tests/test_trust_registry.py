@@ -44,7 +44,7 @@ def op():
     v = dlbridge.to_torch(fp8, fallback="view")  # remember
     out = dlbridge.to_numpy(v)  # recall
     assert out.dtype == fp8.dtype
-    v.set_(torch.zeros(4, dtype=torch.uint8))  # changed in place: the record is dropped at the next recall
+    v.set_(torch.zeros(4, dtype=torch.uint8, device="cpu"))  # changed in place: the record goes at the next recall
     assert dlbridge.to_numpy(v).dtype == np.uint8
     del v, out  # dies: swept at the next remember or recall
 
