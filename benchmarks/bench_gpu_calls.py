@@ -114,6 +114,7 @@ def measure(pair: str, case: str) -> dict[str, Any]:
     import pytest
 
     import dlbridge
+    from dlbridge._adapters import ADAPTERS
     from tests.simcuda import exact
     from tests.simcuda.harness import Sim
 
@@ -133,7 +134,9 @@ def measure(pair: str, case: str) -> dict[str, Any]:
             except (ValueError, TypeError) as err:
                 return {"pair": pair, "case": case, "skipped": f"{producer} cannot make it: {err}"[:160]}
             to = getattr(dlbridge, f"to_{target}")
-            options = {"fallback": "view"} if view else {}
+            options: dict[str, Any] = {"fallback": "view"} if view else {}
+            if not ADAPTERS[producer].mutable_arrays:  # JAX: zero-copy, as native from_dlpack (bench.py's rows too)
+                options["readonly"] = "drop"
             try:
                 for _ in range(4):
                     to(x, **options)

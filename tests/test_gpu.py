@@ -83,15 +83,24 @@ def test_cuda_cell(cuda, producer: str, consumer: str, dtype: str, layout: str) 
         if not jax.config.jax_enable_x64:
             pytest.skip("JAX without x64 has no int64")
     src, expected = _gpu_source(producer, dtype, layout)
+    # JAX arrays are immutable, torch and CuPy have no read-only arrays: refused by default, naming
+    # readonly="drop", which shares the memory writable as their own from_dlpack does
+    from dlbridge._adapters import ADAPTERS
+
+    immutable = not ADAPTERS[producer].mutable_arrays and not ADAPTERS[consumer].capabilities().readonly_arrays
+    opts = {"readonly": "drop"} if immutable else {}
     if not _holds(consumer, dtype):
         with pytest.raises(dlbridge.UnsupportedDtypeError):
             CONVERT[consumer](src)
-        view = CONVERT[consumer](src, fallback="view")
+        view = CONVERT[consumer](src, fallback="view", **opts)
         assert _ptr(consumer, view) == _ptr(producer, src) or expected.size == 0
         back = dlbridge.convert(view, producer)
         np.testing.assert_array_equal(bits(to_host(producer, back)), bits(expected))
         return
-    out = CONVERT[consumer](src)
+    if immutable:
+        with pytest.raises(dlbridge.ReadOnlyError, match='readonly="drop"'):
+            CONVERT[consumer](src)
+    out = CONVERT[consumer](src, **opts)
     assert dtype_name(consumer, out) == dtype
     np.testing.assert_array_equal(bits(to_host(consumer, out)), bits(expected))
     info = dlbridge.inspect(src)
