@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from functools import cached_property
 from operator import methodcaller
@@ -150,38 +149,27 @@ class TorchAdapter(FastRoute, Adapter):
     def _state_guards(self) -> tuple[tuple[Any, ...], ...]:
         """The tensor states torch's export refuses or would export wrongly, as route guards; and an active
         TorchFunctionMode, which the exchange API's export would bypass (torch's Python __dlpack__ and
-        detach() dispatch to it: torch/_tensor.py), as torch._C._is_torch_function_mode_enabled() says,
-        unless the only one is torch's own default-device mode (``_only_the_device_mode``)."""
+        detach() dispatch to it: torch/_tensor.py), unless all are torch's default-device mode: the
+        ``DeviceContext`` that ``set_default_device`` and ``with torch.device(...)`` push only adds
+        ``device=`` to factory functions (torch/utils/_device.py, torch 2.13), which these calls are not."""
         guards: tuple[tuple[Any, ...], ...] = (("requires_grad", False, False), ("is_conj", True, False),
                                                ("is_neg", True, False), ("layout", False, self.mod.strided))  # fmt: skip
-        mode = getattr(self.mod._C, "_is_torch_function_mode_enabled", None)
-        if mode is None:
-            return guards
-        unless = self._only_the_device_mode
-        return (*guards, (mode, True, False) if unless is None else (mode, True, False, unless))
-
-    @cached_property
-    def _only_the_device_mode(self) -> Callable[[], bool] | None:
-        """Whether the only TorchFunctionModes active are the ``DeviceContext`` that
-        ``torch.set_default_device`` and ``with torch.device(...)`` push (torch/utils/_device.py, torch
-        2.13: its ``__torch_function__`` only adds ``device=`` to factory functions; ``__dlpack__``,
-        ``detach`` and ``from_dlpack`` are none): skipping them changes nothing,
-        so a tensor converts on the route on a machine whose default device is the GPU. None where this
-        torch lacks what the check reads."""
         c = self.mod._C
-        length, at = getattr(c, "_len_torch_function_stack", None), getattr(c, "_get_function_stack_at", None)
+        mode, length, at = (
+            getattr(c, f"_{n}", None)
+            for n in ("is_torch_function_mode_enabled", "len_torch_function_stack", "get_function_stack_at")
+        )
         try:
-            device_mode = getattr(importlib.import_module("torch.utils._device"), "DeviceContext", None)
-        except ImportError:
+            device_mode = importlib.import_module("torch.utils._device").DeviceContext
+        except (ImportError, AttributeError):
             device_mode = None
-        if length is None or at is None or not isinstance(device_mode, type):
-            return None
+        if mode is None or length is None or at is None or device_mode is None:
+            return guards if mode is None else (*guards, (mode, True, False))
 
-        def only_the_device_mode() -> bool:  # (set_default_device and `with torch.device(...)` make two)
-            n = length()
-            return n > 0 and all(type(at(i)) is device_mode for i in range(n))
+        def only_the_device_mode() -> bool:  # asked only while a mode is active; `with torch.device` adds a second
+            return all(type(at(i)) is device_mode for i in range(length()))
 
-        return only_the_device_mode
+        return (*guards, (mode, True, False, only_the_device_mode))
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
         found = super().fast_import(caps)

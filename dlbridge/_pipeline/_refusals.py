@@ -4,7 +4,7 @@ consumer that dies releasing it, and a caller's raw fp4 capsule in a layout the 
 from __future__ import annotations
 
 from .._adapters import HOST, Adapter
-from .._capabilities import Capabilities
+from .._capabilities import Capabilities, table
 from .._capsule._read import DLPackInfo
 from ._devices import holders
 from ._subbyte import FLAG_PADDED, PAIRS
@@ -19,8 +19,10 @@ def null_deleter_refusal(info: DLPackInfo, target: Adapter, caps: Capabilities) 
         via = _holder(info, target)
         fix = f"dlbridge.to_{target.name}(dlbridge.to_{via}(x)) shares the same memory"
         if via == HOST.name and HOST.loaded() and info.versioned and not HOST.caps.versioned_capsules:
-            fix += (f" once {HOST.name} reads versioned capsules (pip install -U \"numpy>=2.1\"; {HOST.name} "
-                    f"{HOST.version} reads only legacy ones)")  # fmt: skip
+            since = next((r.since for r in table() if r.consumer == HOST.name and r.what == "versioned_capsules"), "")
+            upgrade = f'pip install -U "{HOST.distributions[0]}>={since}"; ' if since and HOST.distributions else ""
+            have = f"{HOST.name} {HOST.version}"
+            fix += f" once {HOST.name} reads versioned capsules ({upgrade}{have} reads only legacy ones)"
     else:  # NumPy imports a legacy capsule read-only (it cannot say otherwise), which JAX gets as a copy
         via = HOST.name
         fix = (f"dlbridge.to_{target.name}(dlbridge.to_{via}(x), copy=True) (one copy: a legacy capsule cannot say "
@@ -42,9 +44,9 @@ def _holder(info: DLPackInfo, target: Adapter) -> str:
     if info.on_host and HOST in found:
         found = [HOST, *(a for a in found if a is not HOST)]
     for adapter in found:
-        if adapter.loaded() and not adapter.caps.aborts_on_null_deleter:
-            if adapter.caps.versioned_capsules or not info.versioned:
-                return adapter.name
+        reads = adapter.loaded() and (adapter.caps.versioned_capsules or not info.versioned)
+        if reads and not adapter.caps.aborts_on_null_deleter:
+            return adapter.name
     return HOST.name if info.on_host or not found else found[0].name
 
 
