@@ -53,10 +53,13 @@ int check_guards(Call *c, PyObject *guards) {
         int same = value == PyTuple_GetItem(guard, 2);
         Py_DECREF(value);
         if (!same && size == 4) { /* its second chance, asked only where the first answer fails: unless() is True */
-            PyObject *unless = PyObject_CallNoArgs(PyTuple_GetItem(guard, 3));
-            if (unless == NULL) return settle();
-            same = unless == Py_True;
+            PyObject *unless = PyTuple_GetItem(guard, 3), *answer;
+            Py_INCREF(unless); /* owned across the call into Python */
+            answer = PyObject_CallNoArgs(unless);
             Py_DECREF(unless);
+            if (answer == NULL) return settle();
+            same = answer == Py_True;
+            Py_DECREF(answer);
         }
         if (!same) return STEP_DECLINE;
     }
