@@ -216,3 +216,28 @@ def test_a_warm_view_into_cupy_is_replayed_with_its_record(sim, pipeline, produc
         assert view.get().tobytes() == _values(ref).tobytes()
     back = dlbridge.to_torch(view)
     assert back.dtype == getattr(torch, dtype) and back.data_ptr() == ptr
+
+
+@pytest.mark.parametrize("producer", ["torch", "cupy"])
+def test_a_failed_export_inside_jaxs_ask_is_the_conversions_one_export(sim, monkeypatch, producer):
+    """JAX asks for the capsule inside its from_dlpack, with its own stream (the deferred export). Where
+    the producer's export raises there, the route hands that error to the pipeline, which reports it
+    without asking the producer a second time: one export per conversion, as on every other path."""
+    x, _ = _source(sim, producer, torch.arange(4.0))
+    dlbridge.to_jax(x)  # warm: the route replays the next call
+    asked: list[object] = []
+    real = type(x).__dlpack__
+
+    def failing(self, *args, **kwargs):
+        if self is x or exact.index_of(self) is not None:  # x, or the alias torch's route exports
+            asked.append(kwargs.get("stream"))
+            raise BufferError("the producer cannot export this array now")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(x), "__dlpack__", failing)
+    with pytest.raises(dlbridge.DLBridgeError, match="cannot export this array now") as raised:
+        dlbridge.to_jax(x)
+    assert len(asked) == 1, asked
+    assert isinstance(raised.value, dlbridge.ProducerError), raised.value
+    monkeypatch.setattr(type(x), "__dlpack__", real)
+    assert dlbridge.to_jax(x).shape == (4,)  # and the route goes on replaying

@@ -84,9 +84,8 @@ static int on_current_device(Call *c) {
 }
 
 /* source.__dlpack__(stream=stream[, max_version=(1, 3)]) into c->capsule: the producer's own handshake.
- * `keep`: an Exception the call raised is kept for the pipeline (export_failed()); else it declines
- * (a deferred export: the pipeline's own deferred export asks the producer when its consumer asks). */
-static int export_with_stream(Call *c, PyObject *source, PyObject *stream, int keep) {
+ * An Exception the call raised is kept for the pipeline (export_failed()), which does not ask again. */
+static int export_with_stream(Call *c, PyObject *source, PyObject *stream) {
     int versioned = c->state->versioned && c->producer->gpu_kind != EXPORT_METHOD_LEGACY; /* before DLPack 1.0 */
     PyObject *kwargs = versioned ? PyDict_Copy(g_versioned_kw) : PyDict_New();
     PyObject *method = PyObject_GetAttr(source, g_dunder);
@@ -95,7 +94,7 @@ static int export_with_stream(Call *c, PyObject *source, PyObject *stream, int k
     Py_XDECREF(kwargs);
     Py_XDECREF(method);
     if (c->capsule != NULL) return STEP_OK;
-    return ok && keep ? export_failed(c) : settle();
+    return ok ? export_failed(c) : settle();
 }
 
 /* x's export for a consumer reading on `stream`, the handshake done (see the top of this file). */
@@ -114,7 +113,7 @@ static int export_gpu(Call *c, long long stream) {
         step = export_managed(c, source, c->state->versioned); /* the same stream: no event to record */
     } else if (step == STEP_OK) { /* the producer's own handshake */
         PyObject *value = PyLong_FromLongLong(stream);
-        step = value != NULL ? export_with_stream(c, source, value, 1) : settle();
+        step = value != NULL ? export_with_stream(c, source, value) : settle();
         Py_XDECREF(value);
     }
     Py_DECREF(source);
@@ -143,7 +142,7 @@ static PyObject *deferred_dlpack(PyObject *obj, PyObject *args, PyObject *kwargs
     if (stream == NULL && PyErr_Occurred()) return NULL;
     long long forced = -1;
     PyObject *source = export_source(c, &forced);
-    int step = source != NULL ? export_with_stream(c, source, stream != NULL ? stream : Py_None, 0) : settle();
+    int step = source != NULL ? export_with_stream(c, source, stream != NULL ? stream : Py_None) : settle();
     Py_XDECREF(source);
     if (step == STEP_OK) step = read_export(c, forced);
     if (step == STEP_OK) step = find_route(c);

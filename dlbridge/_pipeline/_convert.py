@@ -109,13 +109,15 @@ class _NeedsDense(Exception):  # a signal from inside a consumer's from_dlpack, 
 def _deferred(front: Front, target: Adapter, copy: bool | None) -> Any:
     """A GPU source handed to a consumer that asks the producer for a stream itself (JAX): the
     consumer gets a ``DeferredCarrier``, and the export, with every check of the pipeline, happens
-    when it calls ``__dlpack__(stream=S)``, with its own ``S`` (one export, the right stream)."""
+    when it calls ``__dlpack__(stream=S)``, with its own ``S`` (one export, the right stream). Where the
+    fast route's export inside the consumer's ask failed (``front.failed``), that error is handled at
+    this ask instead of asking the producer again."""
     caps, (src_dev, home) = front.caps, front.devices
     assert caps is not None
     state: dict[str, Any] = {}
 
     def export_when_asked(stream: Any) -> Any:
-        capsule, info, record = exported_handoff(front, target, copy, asked(stream))
+        capsule, info, record = exported_handoff(front, target, copy, asked(stream), front.failed)
         state["info"], state["record"] = info, record
         if record.dense is not None:
             raise _NeedsDense

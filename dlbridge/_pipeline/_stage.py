@@ -70,6 +70,7 @@ class Front(NamedTuple):
     device_to: tuple[int, int] | None = None  # a raw capsule relabelled for the import
     value: Any = None  # record.keep: what the consumer gets
     readonly: str = "keep"  # readonly= checked (``check_readonly``), or the pipeline's own copy: COPIED
+    failed: BaseException | None = None  # a deferred stage: the error of the fast route's export inside the ask
 
 
 def decide_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device: Any, copy: bool | None,
@@ -112,7 +113,9 @@ def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device
     deferred = defers(stream, target, src_dev)
     if deferred and not dry:  # decided when the consumer asks for the capsule, with its stream (no export before)
         who = source.name if source is not None else producer_name(x) or "?"
-        return front._replace(record=Handoff(who, target.name, deferred=True, copy=copy is True))
+        # (an error the fast route's export raised inside the consumer's own ask is handled when it asks again)
+        failed = exported if isinstance(exported, BaseException) else None
+        return front._replace(record=Handoff(who, target.name, deferred=True, copy=copy is True), failed=failed)
     wire = handshake(stream, source, target, src_dev, describe=dry)  # (explain: described, no synchronisation)
     try:  # (free unless raised) AsIs: the target gets x itself, e.g. torch -> torch keeping autograd
         capsule, info, record = exported_handoff(front, target, copy, wire, exported, dry)

@@ -102,14 +102,24 @@ def export(producer: Any, x: Any, device: tuple[int, int], stream: int, versione
     return _labelled(capsule, triple)
 
 
-def deferred(producer: Any, x: Any, device: tuple[int, int], versioned: bool, check: Any) -> DeferredCarrier:
+def deferred(producer: Any, x: Any, device: tuple[int, int], versioned: bool, check: Any,
+             failed: list[Exception]) -> DeferredCarrier:  # fmt: skip
     """A carrier whose ``__dlpack__(stream=S)`` exports x with the consumer's own S (the producer's
-    handshake), then ``check(capsule)``: the capsule, relabelled as its stored route says; else ``Declined``."""
+    handshake), then ``check(capsule)``: the capsule, relabelled as its stored route says; else ``Declined``.
+    An Exception the producer's export raises is appended to ``failed`` (the pipeline handles it, not
+    asking the producer again) and the consumer gets ``Declined``."""
     source, triple = _source(producer, x)
 
     versioned = versioned and producer.gpu_kind != EXPORT_METHOD_LEGACY  # a producer before DLPack 1.0
 
     def export_when_asked(stream: Any) -> Any:
-        return check(_labelled(_dlpack(source, stream, versioned), triple))
+        try:
+            capsule = _dlpack(source, stream, versioned)
+        except MemoryError:
+            raise
+        except Exception as err:
+            failed.append(err)
+            raise Declined("declined: the producer's export failed") from None
+        return check(_labelled(capsule, triple))
 
     return DeferredCarrier(export_when_asked, device)

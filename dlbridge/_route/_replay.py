@@ -30,8 +30,8 @@ One rule for errors on the way, on both paths: an ``Exception`` sends the call t
 meets it again and says what went wrong), except ``MemoryError``; ``KeyboardInterrupt``, ``SystemExit``
 and every other ``BaseException`` propagate as they are. The producer is asked once per conversion:
 an ``Exception`` its export raised is handed to the pipeline, which handles it as its own export's, and
-so is a capsule the consumer refused without taking it (``_Handover``). (A deferred export, made inside
-the consumer's import, declines: the pipeline's own deferred export asks when its consumer asks.)
+so is a capsule the consumer refused without taking it (``_Handover``), and the error of an export made
+inside the consumer's import (a deferred export: JAX asks with its own stream).
 """
 
 from __future__ import annotations
@@ -318,7 +318,15 @@ def _import_deferred(state: Any, producer: Any, x: Any, options: int, device: tu
         chosen.append(replay)
         return capsule
 
-    result = state.importer(gpu.deferred(producer, x, device, state.versioned, check))
+    failed: list[Exception] = []  # the producer's export raised: its error, handed to the pipeline
+    try:
+        result = state.importer(gpu.deferred(producer, x, device, state.versioned, check, failed))
+    except MemoryError:
+        raise
+    except Exception:
+        if failed:
+            raise _ExportFailed(failed[0]) from None
+        raise
     finish = chosen[0].finish if chosen else None
     return result if finish is None else finish(result)
 
