@@ -147,6 +147,9 @@ class CupyAdapter(FastRoute, Adapter):
     def data_ptr(self, arr: Any) -> int:
         return int(arr.data.ptr)
 
+    def fast_view_address(self) -> tuple[tuple[str, bool], ...]:
+        return (("data", False), ("ptr", False))  # data_ptr's path, read in C by the route's view record
+
     # CuPy allocates on the current device: every helper that makes an array enters the source's.
     def copy(self, arr: Any) -> Any:
         with arr.device:

@@ -75,6 +75,14 @@ class FastRoute(_Base):
         pipeline refuses are refused however warm the route is."""
         return None
 
+    def fast_view_address(self) -> tuple[tuple[str, bool], ...] | None:
+        """The attribute path from an array this framework imported to its data address, each step
+        ``(name, call)``: ``getattr``, then called where ``call``. The compiled route reads it (and the
+        array's ``shape``) in C to record a view it replays (``_logical.remembering``); only where
+        ``view_memory`` is ``(data_ptr(arr), tuple(arr.shape))`` with ``data_ptr`` that path. None: the
+        route calls ``view_memory``."""
+        return None
+
     def import_alignment(self, caps: Capabilities) -> int:
         """The data alignment (bytes) below which the fast route leaves an import to the pipeline."""
         return 1

@@ -248,6 +248,9 @@ class JaxAdapter(FastRoute, Adapter):
     def data_ptr(self, arr: Any) -> int:
         return int(arr.unsafe_buffer_pointer())
 
+    def fast_view_address(self) -> tuple[tuple[str, bool], ...]:
+        return (("unsafe_buffer_pointer", True),)  # data_ptr's path, read in C by the route's view record
+
     def copy(self, arr: Any) -> Any:
         if self.caps.copy_crashes_unaligned:
             # JAX < 0.4.35 segfaults copying an array imported from an unaligned buffer (see the

@@ -343,6 +343,9 @@ class TorchAdapter(FastRoute, Adapter):
     def data_ptr(self, arr: Any) -> int:
         return int(arr.data_ptr())
 
+    def fast_view_address(self) -> tuple[tuple[str, bool], ...]:
+        return (("data_ptr", True),)  # data_ptr's path, read in C by the route's view record
+
     def copy(self, arr: Any) -> Any:
         return arr.clone()
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <structmember.h>
 
-#define ACCEL_ABI 6
+#define ACCEL_ABI 7
 
 /* Py_SETREF / Py_XSETREF are not in the limited API before 3.12. */
 #define SETREF(dst, src) do { PyObject *_old = (PyObject *)(dst); (dst) = (src); Py_DECREF(_old); } while (0)
@@ -171,6 +171,9 @@ PyObject *convert(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 typedef struct Call Call;
 int gpu_half(Call *c);
 extern PyType_Spec deferred_spec;
+
+/* views.c: Remember, the route's record of a view it replays */
+int views_init(PyObject *module);
 extern PyObject *g_deferred_type, *g_declined;
 
 #endif

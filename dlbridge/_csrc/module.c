@@ -9,7 +9,8 @@
  *
  * Also: probe() (capsules.c), the capsule reader's Python form; Carrier (carrier.c), a single-use
  * object that hands a ready capsule to consumers that only take objects with __dlpack__; Route
- * (objects.c), the public to_<framework> functions' compiled form; State, Producer, Replay (records.c).
+ * (objects.c), the public to_<framework> functions' compiled form; State, Producer, Replay (records.c);
+ * Remember (views.c), the record of a view the route replays.
  *
  * CPython limited API 3.10 (abi3): one build serves every supported Python.
  */
@@ -94,7 +95,7 @@ PyMODINIT_FUNC PyInit__accel(void) {
     if (m == NULL) return NULL;
     g_carrier_type = PyType_FromSpec(&carrier_spec);
     PyObject *route_type = PyType_FromSpec(&route_spec);
-    if (objects_init() < 0 || records_init(m) < 0) {
+    if (objects_init() < 0 || records_init(m) < 0 || views_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -43,6 +43,7 @@ from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # (CPyt
 from collections.abc import Callable
 from typing import Any
 
+from .._accelerator import accel
 from .._capsule._read import DLPackInfo
 
 __all__ = ["remember", "remembering", "recall", "live"]
@@ -100,6 +101,10 @@ def _sweep(full: bool = False) -> None:
         _scan_at[0] = max(64, 2 * len(_entries))
 
 
+# What the compiled twin of ``remembering`` reads (dlbridge/_csrc/views.c), in this order.
+_REGISTRY = (_entries, _View, _forget, _dead, _scan_at, _sweep, _remove_dead_weakref)
+
+
 def remember(view: Any, info: DLPackInfo, logical: str) -> bool:
     """Record that the object ``view`` (whose memory ``info`` describes; its dtype code may be the
     one before the wire relabel, only the width counts) is logically ``logical``."""
@@ -118,11 +123,17 @@ def _record(view: Any, memory: _Memory, logical: str) -> bool:
     return True
 
 
-def remembering(memory_of: Callable[[Any], tuple[int, tuple[int, ...]]], logical: str, bits: int) -> Callable[[Any], Any]:
+def remembering(memory_of: Callable[[Any], tuple[int, tuple[int, ...]]], logical: str, bits: int,
+                address: tuple[tuple[str, bool], ...] | None = None) -> Callable[[Any], Any]:  # fmt: skip
     """The fast route's last step for a view it replays (``Replay.finish``): record ``logical`` for the
     array the consumer imported, whose memory is dense C order (the route replays only such capsules)
     and is found by ``memory_of`` (the target adapter's ``view_memory``: its address and shape). The
-    same record the pipeline makes (``remember``), without reading a capsule."""
+    same record the pipeline makes (``remember``), without reading a capsule. Where the compiled module
+    is built and the adapter gives its address as an attribute path (``address``:
+    ``FastRoute.fast_view_address``), its C twin ``Remember`` (``dlbridge/_csrc/views.c``) makes the same
+    record with no Python frame."""
+    if accel is not None and address is not None:
+        return accel.Remember(address, logical, bits, _REGISTRY)  # type: ignore[no-any-return]
 
     def finish(view: Any) -> Any:
         data_ptr, shape = memory_of(view)

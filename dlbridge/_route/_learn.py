@@ -183,7 +183,8 @@ def _decide(target: FastRoute, caps: Capabilities, key: int) -> Any:
     if plan.mode == "reinterpret":
         finish = target.viewer(plan.logical)
     elif plan.mode == "view":  # the same record of its logical dtype the pipeline makes
-        finish = remembering(target.view_memory, plan.logical, BY_NAME[plan.wire].bits * BY_NAME[plan.wire].lanes)
+        wire = BY_NAME[plan.wire]
+        finish = remembering(target.view_memory, plan.logical, wire.bits * wire.lanes, target.fast_view_address())
     else:
         finish = None
     return Replay(record=record, finish=finish)
