@@ -2,8 +2,8 @@
 ``convert``, each a thin, keyword-only call into the route (``dlbridge/_route``), typed per framework.
 
 Nothing here loads a framework, an adapter or the route: ``import dlbridge`` stays small. The route
-loads with the first conversion (``_route``). Where the accelerator is built, each ``to_<name>`` is a
-compiled ``Route`` standing in for the function written here (``_public``).
+loads with the first conversion (``_replay``, a stand-in until then). Where the accelerator is built, each
+``to_<name>`` is a compiled ``Route`` standing in for the function written here (``_public``).
 """
 
 from __future__ import annotations
@@ -48,18 +48,20 @@ __all__ = ["to_torch", "to_cupy", "to_jax", "to_numpy", "to_paddle", "to_tensorf
 # than DLPack 1.0 (``__dlpack__(stream=)`` only); anything else raises NotAnArrayError at run time.
 
 
-def _load_route(*args: Any) -> Any:
-    """The route's ``convert`` (``_route._replay``), loaded with the first conversion and kept as ``_route``."""
-    global _route
-    from ._route._replay import convert
+class _RouteNotLoaded:
+    """Stands for the route (``_route._replay``) until the first conversion, which loads it."""
 
-    _route = convert
-    return convert(*args)
+    @staticmethod
+    def convert(*args: Any) -> Any:
+        global _replay
+        from ._route import _replay
+
+        return _replay.convert(*args)
 
 
-# convert(spec, x, fallback, dtype, device, copy, stream, readonly): the compiled route where built, else the
-# Python one.
-_route: Callable[..., Any] = _load_route
+# The route: its convert(spec, x, fallback, dtype, device, copy, stream, readonly) is the compiled route where
+# built, else the Python one. The module itself from the first conversion on.
+_replay: Any = _RouteNotLoaded
 
 
 def _public(fn: _F) -> _F:
@@ -79,7 +81,7 @@ def to_torch(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN
              device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None,
              readonly: Readonly = "keep") -> torch.Tensor:  # fmt: skip
     """``x`` as a ``torch.Tensor``: the same memory and true dtype where PyTorch can hold them."""
-    return _route(SPECS["torch"], x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(SPECS["torch"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
@@ -88,7 +90,7 @@ def to_cupy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
             readonly: Readonly = "keep") -> cupy.ndarray:  # fmt: skip
     """``x`` as a ``cupy.ndarray``: the same memory and true dtype where CuPy can hold them. CPU sources
     need ``device="cuda"`` or ``copy=True``."""
-    return _route(SPECS["cupy"], x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(SPECS["cupy"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
@@ -96,7 +98,7 @@ def to_jax(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, 
            device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None,
            readonly: Readonly = "keep") -> jax.Array:  # fmt: skip
     """``x`` as a ``jax.Array``: the same memory and true dtype where JAX can hold them."""
-    return _route(SPECS["jax"], x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(SPECS["jax"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
@@ -106,7 +108,7 @@ def to_numpy(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN
              readonly: Readonly = "keep") -> numpy.ndarray[Any, Any]:  # fmt: skip
     """``x`` as a ``numpy.ndarray``: the same memory and true dtype where NumPy can hold them. bf16/fp8
     arrive as ml_dtypes arrays sharing the memory."""
-    return _route(SPECS["numpy"], x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(SPECS["numpy"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
@@ -115,7 +117,7 @@ def to_paddle(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVE
               readonly: Readonly = "keep") -> paddle.Tensor:  # fmt: skip
     """``x`` as a ``paddle.Tensor``: the same memory and true dtype where PaddlePaddle can hold them.
     Raises MissingFrameworkError instead of importing paddle after tensorflow (that crashes the process)."""
-    return _route(SPECS["paddle"], x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(SPECS["paddle"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
@@ -125,7 +127,7 @@ def to_tensorflow(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_
                   readonly: Readonly = "keep") -> tensorflow.Tensor:  # fmt: skip
     """``x`` as a ``tensorflow.Tensor``: the same memory and true dtype where TensorFlow can hold them.
     TensorFlow takes only dense row-major layouts, so others are copied densely first."""
-    return _route(SPECS["tensorflow"], x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(SPECS["tensorflow"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
@@ -133,7 +135,7 @@ def to_mlx(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN, 
            device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None,
            readonly: Readonly = "keep") -> mlx.core.array:  # fmt: skip
     """``x`` as a ``mlx.core.array``: the same memory and true dtype where MLX can hold them."""
-    return _route(SPECS["mlx"], x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(SPECS["mlx"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
@@ -143,7 +145,7 @@ def to_array_api_strict(x: SupportsDLPack | Any, /, *, fallback: FallbackOption 
                         readonly: Readonly = "keep") -> array_api_strict._array_object.Array:  # fmt: skip
     """``x`` as a ``array_api_strict._array_object.Array``: the same memory and true dtype where
     array-api-strict can hold them."""
-    return _route(SPECS["array_api_strict"], x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(SPECS["array_api_strict"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
@@ -152,7 +154,7 @@ def to_onnxruntime(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT
                    stream: int | None = None,
                    readonly: Readonly = "keep") -> onnxruntime.OrtValue:  # fmt: skip
     """``x`` as a ``onnxruntime.OrtValue``: the same memory and true dtype where ONNX Runtime can hold them."""
-    return _route(SPECS["onnxruntime"], x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(SPECS["onnxruntime"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 @_public
@@ -160,7 +162,7 @@ def to_warp(x: SupportsDLPack | Any, /, *, fallback: FallbackOption = NOT_GIVEN,
             device: DeviceLike | None = None, copy: bool | None = None, stream: int | None = None,
             readonly: Readonly = "keep") -> warp.array[Any]:  # fmt: skip
     """``x`` as a ``warp.array``: the same memory and true dtype where NVIDIA Warp can hold them."""
-    return _route(SPECS["warp"], x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(SPECS["warp"], x, fallback, dtype, device, copy, stream, readonly)
 
 
 # ``convert(x, "numpy")`` is typed like ``to_numpy(x)``: one overload per framework name and alias.
@@ -236,7 +238,7 @@ def convert(x: SupportsDLPack | Any, to: str | ModuleType, /, *, fallback: Fallb
         from ._adapters import adapter_named
 
         spec = SPECS[adapter_named(to).name]
-    return _route(spec, x, fallback, dtype, device, copy, stream, readonly)
+    return _replay.convert(spec, x, fallback, dtype, device, copy, stream, readonly)
 
 
 def capabilities(consumer: str, version: str | None = None) -> Capabilities:

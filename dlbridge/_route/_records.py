@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from .._accelerator import accel
 
-__all__ = ["State", "Producer", "Replay", "guards_hold", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE", "EXPORT_METHOD",
+__all__ = ["State", "Producer", "Replay", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE", "EXPORT_METHOD",
            "EXPORT_EXCHANGE", "EXPORT_FUNCTION", "EXPORT_METHOD_LEGACY"]  # fmt: skip
 
 # Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
@@ -99,17 +99,3 @@ for _cls in (_PyState, _PyProducer, _PyReplay):
 State: Any = _PyState if accel is None else accel.State
 Producer: Any = _PyProducer if accel is None else accel.Producer
 Replay: Any = _PyReplay if accel is None else accel.Replay
-
-
-def guards_hold(guards: tuple[tuple[Any, ...], ...], x: Any) -> bool:
-    """Whether every guard of a Producer holds for x: ``getattr(x, attribute)`` (or ``attribute`` itself
-    where it is not a name: a function of the process's state, such as torch's mode check), called where
-    asked, is ``expected`` (by identity); a guard with a fourth item ``unless`` also holds where that
-    answer differs but ``unless()`` is True (asked only then, so the common answer costs no Python
-    call). The compiled route checks them the same way (steps.c ``check_guards``)."""
-    for guard in guards:
-        name, call, expected = guard[:3]
-        value = getattr(x, name) if type(name) is str else name
-        if (value() if call else value) is not expected and (len(guard) < 4 or guard[3]() is not True):
-            return False
-    return True

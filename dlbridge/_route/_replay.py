@@ -82,7 +82,6 @@ from ._records import (  # noqa: F401  (_Py*: the pure-Python records, also wher
     _PyProducer,
     _PyReplay,
     _PyState,
-    guards_hold,
 )
 
 __all__ = ["SPECS", "Producer", "Replay", "State", "convert", "spec_for"]
@@ -117,17 +116,18 @@ _views = _logical._entries  # mutated in place, never rebound
 
 def convert(spec: list[Any], x: Any, fallback: Any, dtype: Any, device: Any, copy: Any, stream: Any,
             readonly: Any = "keep") -> Any:  # fmt: skip
-    """x converted for the spec's target: a replayed route, else the pipeline (``_pipeline``)."""
+    """x converted for the spec's target: the pipeline (``_pipeline``), unless a stored route replays it."""
     state = spec[0]  # held for the whole call (see the module docstring)
-    if dtype is None and device is None and copy is None and stream is None and state.ready:
-        producer = producers.get(type(x))
-        if producer is not None and not (_views and id(x) in _views):
-            result = _replay(state, producer, x, fallback, readonly)
-            if type(result) is _Handover:
-                return _pipeline(spec, x, fallback, dtype, device, copy, stream, readonly, result.capsule)
-            if result is not _DECLINED:
-                return result
-    return _pipeline(spec, x, fallback, dtype, device, copy, stream, readonly)
+    plain = dtype is None and device is None and copy is None and stream is None and state.ready
+    producer = producers.get(type(x)) if plain else None
+    if producer is None or (_views and id(x) in _views):  # no route for x: the pipeline decides
+        return _pipeline(spec, x, fallback, dtype, device, copy, stream, readonly)
+    result = _replay(state, producer, x, fallback, readonly)
+    if type(result) is _Handover:
+        return _pipeline(spec, x, fallback, dtype, device, copy, stream, readonly, result.capsule)
+    if result is _DECLINED:
+        return _pipeline(spec, x, fallback, dtype, device, copy, stream, readonly)
+    return result
 
 
 _DECLINED = object()
@@ -195,6 +195,20 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any, readonly: Any) -> 
     except Exception:
         return _DECLINED
     return _deliver(state, capsule, options, device)
+
+
+def guards_hold(guards: tuple[tuple[Any, ...], ...], x: Any) -> bool:
+    """Whether every guard of a Producer holds for x: ``getattr(x, attribute)`` (or ``attribute`` itself
+    where it is not a name: a function of the process's state, such as torch's mode check), called where
+    asked, is ``expected`` (by identity); a guard with a fourth item ``unless`` also holds where that
+    answer differs but ``unless()`` is True (asked only then, so the common answer costs no Python
+    call). The compiled route checks them the same way (steps.c ``check_guards``)."""
+    for guard in guards:
+        name, call, expected = guard[:3]
+        value = getattr(x, name) if type(name) is str else name
+        if (value() if call else value) is not expected and (len(guard) < 4 or guard[3]() is not True):
+            return False
+    return True
 
 
 def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int]) -> Any:
