@@ -104,7 +104,9 @@ class Export:
     name: bytes  # the name the capsule was created with
 
 
-_lock = threading.Lock()
+# Reentrant: a deleter may run inside another's locked step on the same thread (a garbage collection that a
+# profile or trace function's allocation starts there frees a consumer's array, which calls its deleter).
+_lock = threading.RLock()
 _live: dict[int, Export] = {}  # managed-struct address -> export, until its deleter runs
 
 
