@@ -14,7 +14,7 @@
 #include <string.h>
 #include <structmember.h>
 
-#define ACCEL_ABI 6
+#define ACCEL_ABI 7
 
 /* Py_SETREF / Py_XSETREF are not in the limited API before 3.12. */
 #define SETREF(dst, src) do { PyObject *_old = (PyObject *)(dst); (dst) = (src); Py_DECREF(_old); } while (0)
@@ -73,7 +73,7 @@ typedef struct {
     PyObject *target;       /* the consumer's adapter (for the pipeline) */
     PyObject *importer;     /* the consumer's import: importer(capsule or carrier) */
     PyObject *api;          /* the consumer's exchange API capsule, or None */
-    PyObject *routes;       /* dict: route key -> Replay or None */
+    PyObject *routes;       /* Routes (records.c) or dict: route key -> Replay or None */
     PyObject *caps_guard;   /* (object, attribute, value) the capability row was read under, else None */
     PyObject *caps;         /* the capability row the routes were decided for */
     PyObject *decide;       /* decide(key): the Replay (stored), or None */
@@ -98,6 +98,9 @@ typedef struct {
     int device_type;          /* the device type device_method's id is of; 0: it gives (type, id) */
     int gpu_kind;             /* EXPORT_EXCHANGE (no sync: equal streams only) or EXPORT_METHOD (stream=) */
     char readonly;            /* its arrays are read-only whatever their capsules say (JAX): READ_ONLY ORed in */
+    /* (C only, set on first use: steps.c's method_of) the type whose __dlpack__ was looked up, and that
+     * method as its own class defines it where getattr(x, "__dlpack__") is always it bound to x (else None) */
+    PyObject *method_type, *method;
 } ProducerRecord;
 /* A stored route: the record decide() made (dlbridge/_pipeline/_handoff.py), read once when the Replay is
  * made: its Admission (the capsule facts under which the record holds) as C fields, compared as they are. */
@@ -117,8 +120,9 @@ typedef struct {
 enum { KIND_LEGACY = 1, KIND_VERSIONED = 2 };
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
 enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2, EXPORT_METHOD_LEGACY = 3 };
-extern PyObject *g_state_type, *g_producer_type, *g_replay_type;
+extern PyObject *g_state_type, *g_producer_type, *g_replay_type, *g_routes_type;
 int records_init(PyObject *module);
+PyObject *routes_get(PyObject *routes, long long key, PyObject **made);
 
 /* Set once by configure(). */
 extern PyObject *g_producers;     /* dict: exact type -> Producer */

@@ -80,7 +80,12 @@ static void release(PyObject *record, PyMemberDef *members) {
 }
 
 static void state_dealloc(PyObject *o) { release(o, state_members); }
-static void producer_dealloc(PyObject *o) { release(o, producer_members); }
+static void producer_dealloc(PyObject *o) {
+    ProducerRecord *p = (ProducerRecord *)o;
+    Py_CLEAR(p->method_type);
+    Py_CLEAR(p->method);
+    release(o, producer_members);
+}
 static void replay_dealloc(PyObject *o) { release(o, replay_members); }
 
 /* A new record of `type` (its object fields NULL), or NULL with an error. */
@@ -109,8 +114,8 @@ static PyObject *state_checked(StateRecord *s) {
                                      !PyUnicode_Check(PyTuple_GetItem(s->caps_guard, 1))))
         return refuse((PyObject *)s, "State(caps_guard=) must be (object, attribute name, value) or None");
     if (!s->ready) return (PyObject *)s;
-    if (!PyDict_Check(s->routes) || !PyList_Check(s->self_dtypes))
-        return refuse((PyObject *)s, "State: a ready state needs routes= a dict and self_dtypes= a list");
+    if ((!PyDict_Check(s->routes) && Py_TYPE(s->routes) != (PyTypeObject *)g_routes_type) || !PyList_Check(s->self_dtypes))
+        return refuse((PyObject *)s, "State: a ready state needs routes= a Routes or dict and self_dtypes= a list");
     if (!PyCallable_Check(s->importer) || !PyCallable_Check(s->decide))
         return refuse((PyObject *)s, "State: a ready state needs importer= and decide= callables");
     return (PyObject *)s;
@@ -248,7 +253,189 @@ static PyObject *make_type(PyObject *module, PyType_Spec *spec, PyMemberDef *mem
     return type; /* the module holds one reference, this global the other */
 }
 
+/* --- Routes: a State's stored routes (route key -> Replay or None), a mapping over a dict it never hands out,
+ * with a small cache in front of it for the route's lookups (routes_get). Every change goes through its own
+ * methods, which empty the cache first, so a cached route is always the one the mapping holds. Reads
+ * (get, items, keys, values, copy, len, in, iteration, [key]) are the dict's. */
+#define ROUTE_CACHE 8
+typedef struct {
+    PyObject_HEAD
+    PyObject *dict;                      /* key (int) -> Replay or None */
+    long long keys[ROUTE_CACHE];         /* the cached keys ... */
+    PyObject *values[ROUTE_CACHE];       /* ... and their values (strong references; NULL: an empty slot) */
+} RoutesObject;
+
+PyObject *g_routes_type;
+static PyObject *g_reads; /* frozenset: the dict's read-only methods Routes hands on */
+
+static int cache_slot(long long key) { return (int)((key ^ (key >> 16) ^ (key >> 32)) & (ROUTE_CACHE - 1)); }
+
+/* Empties the cache (before any change to the dict): the values are released after their slots are cleared,
+ * as a release may run Python code. */
+static void forget(RoutesObject *r) {
+    PyObject *old[ROUTE_CACHE];
+    for (int i = 0; i < ROUTE_CACHE; i++) {
+        old[i] = r->values[i];
+        r->values[i] = NULL;
+    }
+    for (int i = 0; i < ROUTE_CACHE; i++) Py_XDECREF(old[i]);
+}
+
+/* The value stored under `key` in a State's routes (a Routes or a dict): a new reference; NULL with no error
+ * set where none is stored (*made then holds the key as an int, a new reference), NULL with an error on failure. */
+PyObject *routes_get(PyObject *routes, long long key, PyObject **made) {
+    *made = NULL;
+    int cached = Py_TYPE(routes) == (PyTypeObject *)g_routes_type;
+    RoutesObject *r = (RoutesObject *)routes;
+    int slot = cache_slot(key);
+    if (cached && r->values[slot] != NULL && r->keys[slot] == key) {
+        Py_INCREF(r->values[slot]);
+        return r->values[slot];
+    }
+    PyObject *number = PyLong_FromLongLong(key);
+    if (number == NULL) return NULL;
+    PyObject *found = PyDict_GetItemWithError(cached ? r->dict : routes, number); /* (int keys: no Python runs) */
+    if (found == NULL) {
+        if (PyErr_Occurred()) Py_CLEAR(number);
+        *made = number;
+        return NULL;
+    }
+    Py_DECREF(number);
+    Py_INCREF(found);
+    if (cached) {
+        PyObject *old = r->values[slot];
+        Py_INCREF(found);
+        r->values[slot] = found;
+        r->keys[slot] = key;
+        Py_XDECREF(old);
+    }
+    return found;
+}
+
+static PyObject *routes_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (kwargs != NULL && PyDict_Size(kwargs) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Routes() takes no arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, ":Routes")) return NULL;
+    allocfunc tp_alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    RoutesObject *r = (RoutesObject *)tp_alloc(type, 0);
+    if (r == NULL) return NULL;
+    r->dict = PyDict_New();
+    if (r->dict == NULL) Py_CLEAR(r);
+    return (PyObject *)r;
+}
+
+static int routes_traverse(PyObject *o, visitproc visit, void *arg) {
+    RoutesObject *r = (RoutesObject *)o;
+    Py_VISIT(Py_TYPE(o));
+    Py_VISIT(r->dict);
+    for (int i = 0; i < ROUTE_CACHE; i++) Py_VISIT(r->values[i]);
+    return 0;
+}
+
+static int routes_clear_refs(PyObject *o) {
+    RoutesObject *r = (RoutesObject *)o;
+    forget(r);
+    Py_CLEAR(r->dict);
+    return 0;
+}
+
+static void routes_dealloc(PyObject *o) {
+    PyTypeObject *type = Py_TYPE(o);
+    PyObject_GC_UnTrack(o);
+    routes_clear_refs(o);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(o);
+    Py_DECREF(type);
+}
+
+static Py_ssize_t routes_length(PyObject *o) { return PyDict_Size(((RoutesObject *)o)->dict); }
+static PyObject *routes_subscript(PyObject *o, PyObject *key) { return PyObject_GetItem(((RoutesObject *)o)->dict, key); }
+static int routes_contains(PyObject *o, PyObject *key) { return PyDict_Contains(((RoutesObject *)o)->dict, key); }
+static PyObject *routes_iter(PyObject *o) { return PyObject_GetIter(((RoutesObject *)o)->dict); }
+static PyObject *routes_repr(PyObject *o) { return PyUnicode_FromFormat("Routes(%R)", ((RoutesObject *)o)->dict); }
+
+static int routes_ass_subscript(PyObject *o, PyObject *key, PyObject *value) {
+    RoutesObject *r = (RoutesObject *)o;
+    PyObject *dict = r->dict;
+    Py_INCREF(dict); /* (held across the change, which may release a value and run Python code) */
+    forget(r);
+    int rc = value != NULL ? PyDict_SetItem(dict, key, value) : PyDict_DelItem(dict, key);
+    Py_DECREF(dict);
+    return rc;
+}
+
+/* A change by one of the dict's own methods (clear, pop, popitem, setdefault, update), the cache emptied first. */
+static PyObject *routes_change(PyObject *o, const char *name, PyObject *args, PyObject *kwargs) {
+    RoutesObject *r = (RoutesObject *)o;
+    PyObject *dict = r->dict;
+    Py_INCREF(dict);
+    forget(r);
+    PyObject *method = PyObject_GetAttrString(dict, name);
+    PyObject *result = method != NULL ? PyObject_Call(method, args, kwargs) : NULL;
+    Py_XDECREF(method);
+    Py_DECREF(dict);
+    return result;
+}
+
+#define CHANGE(name)                                                                              \
+    static PyObject *routes_##name(PyObject *o, PyObject *args, PyObject *kwargs) {             \
+        return routes_change(o, #name, args, kwargs);                                             \
+    }
+CHANGE(clear)
+CHANGE(pop)
+CHANGE(popitem)
+CHANGE(setdefault)
+CHANGE(update)
+
+/* The dict's read-only methods; nothing else of it is reachable (so nothing changes it behind the cache). */
+static PyObject *routes_getattro(PyObject *o, PyObject *name) {
+    int read = PyUnicode_Check(name) ? PySet_Contains(g_reads, name) : 0;
+    if (read < 0) return NULL;
+    return read ? PyObject_GetAttr(((RoutesObject *)o)->dict, name) : PyObject_GenericGetAttr(o, name);
+}
+
+static PyMethodDef routes_methods[] = {
+    {"clear", (PyCFunction)(void (*)(void))routes_clear, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"pop", (PyCFunction)(void (*)(void))routes_pop, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"popitem", (PyCFunction)(void (*)(void))routes_popitem, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"setdefault", (PyCFunction)(void (*)(void))routes_setdefault, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"update", (PyCFunction)(void (*)(void))routes_update, METH_VARARGS | METH_KEYWORDS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot routes_slots[] = {
+    {Py_tp_new, routes_new},
+    {Py_tp_dealloc, routes_dealloc},
+    {Py_tp_traverse, routes_traverse},
+    {Py_tp_clear, routes_clear_refs},
+    {Py_tp_getattro, routes_getattro},
+    {Py_tp_methods, routes_methods},
+    {Py_tp_iter, routes_iter},
+    {Py_tp_repr, routes_repr},
+    {Py_mp_length, routes_length},
+    {Py_mp_subscript, routes_subscript},
+    {Py_mp_ass_subscript, routes_ass_subscript},
+    {Py_sq_contains, routes_contains},
+    {Py_tp_doc, "Routes(): a State's stored routes (route key -> Replay or None); a mapping whose changes go "
+                "through its own methods, which keep the compiled route's cache of it current."},
+    {0, NULL},
+};
+
+static PyType_Spec routes_spec = {"dlbridge._accel.Routes", sizeof(RoutesObject), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, routes_slots};
+
+static int routes_init(PyObject *module) {
+    g_reads = Py_BuildValue("(sssss)", "get", "items", "keys", "values", "copy");
+    if (g_reads != NULL) SETREF(g_reads, PyFrozenSet_New(g_reads));
+    if (g_reads == NULL) return -1;
+    g_routes_type = PyType_FromSpec(&routes_spec);
+    return g_routes_type != NULL ? PyModule_AddObjectRef(module, "Routes", g_routes_type) : -1;
+}
+
 int records_init(PyObject *module) {
+    if (routes_init(module) < 0) return -1;
     g_state_type = make_type(module, &specs[0], state_members, "State");
     g_producer_type = g_state_type ? make_type(module, &specs[1], producer_members, "Producer") : NULL;
     g_replay_type = g_producer_type ? make_type(module, &specs[2], replay_members, "Replay") : NULL;

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from .._accelerator import accel
 
-__all__ = ["State", "Producer", "Replay", "guards_hold", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE", "EXPORT_METHOD",
+__all__ = ["State", "Producer", "Replay", "Routes", "guards_hold", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE", "EXPORT_METHOD",
            "EXPORT_EXCHANGE", "EXPORT_FUNCTION", "EXPORT_METHOD_LEGACY"]  # fmt: skip
 
 # Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
@@ -99,6 +99,8 @@ for _cls in (_PyState, _PyProducer, _PyReplay):
 State: Any = _PyState if accel is None else accel.State
 Producer: Any = _PyProducer if accel is None else accel.Producer
 Replay: Any = _PyReplay if accel is None else accel.Replay
+# A State's routes: a dict, or the compiled Routes (a mapping that keeps the compiled route's cache of it current)
+Routes: Any = dict if accel is None else accel.Routes
 
 
 def guards_hold(guards: tuple[tuple[Any, ...], ...], x: Any) -> bool:
