@@ -101,7 +101,18 @@ typedef struct {
     /* (C only, set on first use: steps.c's method_of) the type whose __dlpack__ was looked up, and that
      * method as its own class defines it where getattr(x, "__dlpack__") is always it bound to x (else None) */
     PyObject *method_type, *method;
+    /* (C only, made with the record) its guards and gpu_guards read once, each where every guard is a tuple
+     * (attribute or object, True or False, expected[, unless]); NULL: check_guards reads the tuple itself */
+    struct Guard *checks, *gpu_checks;
 } ProducerRecord;
+/* A guard read once (records.c): its items are the guards tuple's, which the Producer holds (borrowed) */
+typedef struct Guard {
+    PyObject *name;     /* an attribute name (a str), or an object to call */
+    PyObject *expected;
+    PyObject *unless;   /* NULL: none */
+    char call, named;   /* call the value; name is a str */
+    char last;          /* the last guard of the list */
+} Guard;
 /* A stored route: the record decide() made (dlbridge/_pipeline/_handoff.py), read once when the Replay is
  * made: its Admission (the capsule facts under which the record holds) as C fields, compared as they are. */
 typedef struct {

@@ -82,6 +82,9 @@ static void release(PyObject *record, PyMemberDef *members) {
 static void state_dealloc(PyObject *o) { release(o, state_members); }
 static void producer_dealloc(PyObject *o) {
     ProducerRecord *p = (ProducerRecord *)o;
+    PyMem_Free(p->checks);
+    PyMem_Free(p->gpu_checks);
+    p->checks = p->gpu_checks = NULL;
     Py_CLEAR(p->method_type);
     Py_CLEAR(p->method);
     release(o, producer_members);
@@ -136,6 +139,37 @@ static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return state_checked(s);
 }
 
+/* The guards tuple read once into Guards (an empty tuple: one that never fails is not needed, NULL too), or
+ * NULL where any guard is not a plain (attribute or object, True or False, expected[, unless]) tuple: then
+ * check_guards reads the tuple each time, as it always did. -1 with an error (no memory). */
+static int prepare(PyObject *guards, Guard **out) {
+    *out = NULL;
+    Py_ssize_t n = guards != Py_None ? PyTuple_Size(guards) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *guard = PyTuple_GetItem(guards, i);
+        Py_ssize_t size = PyTuple_Check(guard) ? PyTuple_Size(guard) : 0;
+        PyObject *call = size == 3 || size == 4 ? PyTuple_GetItem(guard, 1) : NULL;
+        if (call != Py_True && call != Py_False) return 0;
+    }
+    if (n == 0) return 0;
+    Guard *checks = PyMem_Calloc((size_t)n, sizeof(Guard));
+    if (checks == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *guard = PyTuple_GetItem(guards, i);
+        checks[i].name = PyTuple_GetItem(guard, 0);
+        checks[i].call = PyTuple_GetItem(guard, 1) == Py_True;
+        checks[i].expected = PyTuple_GetItem(guard, 2);
+        checks[i].unless = PyTuple_Size(guard) == 4 ? PyTuple_GetItem(guard, 3) : NULL;
+        checks[i].named = (char)PyUnicode_Check(checks[i].name);
+        checks[i].last = i == n - 1;
+    }
+    *out = checks;
+    return 0;
+}
+
 static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"kind", "handle", "guards", "alias", "relabels", "gpu_guards", "device_method",
                             "device_type", "gpu_kind", "current_device", "readonly", NULL};
@@ -160,6 +194,10 @@ static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         return refuse((PyObject *)p, "Producer(alias=) must be a str or None");
     if (p->relabels != Py_None && !PyDict_Check(p->relabels))
         return refuse((PyObject *)p, "Producer(relabels=) must be a dict or None");
+    if (prepare(p->guards, &p->checks) < 0 || prepare(p->gpu_guards, &p->gpu_checks) < 0) {
+        Py_DECREF(p);
+        return NULL;
+    }
     return (PyObject *)p;
 }
 

@@ -34,6 +34,33 @@ int export_failed(Call *c) {
 /* Whether every guard holds: getattr(x, name) (or the guard's object itself where it is not a name: a
  * function of the process's state), called when asked, is the expected object. */
 int check_guards(Call *c, PyObject *guards) {
+    const Guard *g = guards == c->producer->guards       ? c->producer->checks
+                     : guards == c->producer->gpu_guards ? c->producer->gpu_checks
+                                                         : NULL;
+    for (; g != NULL; g++) { /* the same checks, read once (records.c) */
+        PyObject *value;
+        if (g->named) {
+            value = PyObject_GetAttr(c->args[1], g->name);
+        } else {
+            value = g->name;
+            Py_INCREF(value);
+        }
+        if (value != NULL && g->call) SETREF(value, PyObject_CallNoArgs(value));
+        if (value == NULL) return settle();
+        int same = value == g->expected;
+        Py_DECREF(value);
+        if (!same && g->unless != NULL) {
+            PyObject *unless = g->unless, *answer;
+            Py_INCREF(unless); /* owned across the call into Python */
+            answer = PyObject_CallNoArgs(unless);
+            Py_DECREF(unless);
+            if (answer == NULL) return settle();
+            same = answer == Py_True;
+            Py_DECREF(answer);
+        }
+        if (!same) return STEP_DECLINE;
+        if (g->last) return STEP_OK;
+    }
     Py_ssize_t n = PyTuple_Size(guards); /* a tuple (records.c) */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *guard = PyTuple_GetItem(guards, i);
