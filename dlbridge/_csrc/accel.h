@@ -84,6 +84,7 @@ typedef struct {
     int kind;               /* IMPORT_* */
     char ready, versioned;  /* versioned: the capsule kind the consumer's producer is asked for */
     char deferred;          /* it asks a GPU producer for the capsule itself, with its own stream */
+    void *api_table;        /* (C only) api's DLPackExchangeAPI, read once (NULL: not such a capsule) */
 } StateRecord;
 typedef struct {
     PyObject_HEAD
@@ -104,6 +105,7 @@ typedef struct {
     /* (C only, made with the record) its guards and gpu_guards read once, each where every guard is a tuple
      * (attribute or object, True or False, expected[, unless]); NULL: check_guards reads the tuple itself */
     struct Guard *checks, *gpu_checks;
+    void *handle_table;       /* (C only) handle's DLPackExchangeAPI, read once (NULL: not such a capsule) */
 } ProducerRecord;
 /* A guard read once (records.c): its items are the guards tuple's, which the Producer holds (borrowed) */
 typedef struct Guard {
@@ -134,6 +136,7 @@ enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2, EXPORT_METHO
 extern PyObject *g_state_type, *g_producer_type, *g_replay_type, *g_routes_type;
 int records_init(PyObject *module);
 PyObject *routes_get(PyObject *routes, long long key, PyObject **made);
+void *exchange_table(PyObject *capsule, void *table);
 
 /* Set once by configure(). */
 extern PyObject *g_producers;     /* dict: exact type -> Producer */

@@ -124,6 +124,16 @@ static PyObject *state_checked(StateRecord *s) {
     return (PyObject *)s;
 }
 
+/* An exchange API capsule's table, read once when its record is made. */
+static void *table_of(PyObject *capsule) {
+    return PyCapsule_IsValid(capsule, EXCHANGE) ? PyCapsule_GetPointer(capsule, EXCHANGE) : NULL;
+}
+
+/* A record's table of `capsule` (read when it was made), or the capsule's own, as PyCapsule_GetPointer. */
+void *exchange_table(PyObject *capsule, void *table) {
+    return table != NULL ? table : PyCapsule_GetPointer(capsule, EXCHANGE);
+}
+
 static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"target", "ready", "kind", "importer", "api", "versioned", "routes", "caps_guard", "caps",
                             "decide", "self_type", "self_import", "self_dtypes", "stream_query", "deferred", NULL};
@@ -136,6 +146,7 @@ static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return discard((PyObject *)s, state_members);
     s->ready = (char)ready, s->versioned = (char)versioned, s->deferred = (char)deferred;
     hold((PyObject *)s, state_members);
+    s->api_table = table_of(s->api);
     return state_checked(s);
 }
 
@@ -184,6 +195,7 @@ static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     p->readonly = (char)readonly;
     if (p->guards == NULL) p->guards = g_empty;
     hold((PyObject *)p, producer_members);
+    p->handle_table = table_of(p->handle);
     if ((p->guards != Py_None && !PyTuple_Check(p->guards)) || (p->gpu_guards != Py_None && !PyTuple_Check(p->gpu_guards)))
         return refuse((PyObject *)p, "Producer(guards=, gpu_guards=) must be tuples or None");
     if (p->gpu_guards != Py_None && !PyUnicode_Check(p->device_method))

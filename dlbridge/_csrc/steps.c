@@ -120,7 +120,7 @@ PyObject *export_source(Call *c, long long *forced) {
 /* The exchange-API export of `source` (no synchronisation) into c->managed, or as a legacy capsule where
  * the consumer reads those only. */
 int export_managed(Call *c, PyObject *source, int want_versioned) {
-    DLPackExchangeAPI *api = PyCapsule_GetPointer(c->producer->handle, EXCHANGE);
+    DLPackExchangeAPI *api = exchange_table(c->producer->handle, c->producer->handle_table);
     if (api == NULL || api->header.version.major != 1) return settle();
     if (api->managed_tensor_from_py_object_no_sync(source, &c->managed) != 0 || c->managed == NULL) {
         c->managed = NULL;
