@@ -117,7 +117,8 @@ static PyObject *state_checked(StateRecord *s) {
                                      !PyUnicode_Check(PyTuple_GetItem(s->caps_guard, 1))))
         return refuse((PyObject *)s, "State(caps_guard=) must be (object, attribute name, value) or None");
     if (!s->ready) return (PyObject *)s;
-    if ((!PyDict_Check(s->routes) && Py_TYPE(s->routes) != (PyTypeObject *)g_routes_type) || !PyList_Check(s->self_dtypes))
+    int routes = PyDict_Check(s->routes) || Py_TYPE(s->routes) == (PyTypeObject *)g_routes_type;
+    if (!routes || !PyList_Check(s->self_dtypes))
         return refuse((PyObject *)s, "State: a ready state needs routes= a Routes or dict and self_dtypes= a list");
     if (!PyCallable_Check(s->importer) || !PyCallable_Check(s->decide))
         return refuse((PyObject *)s, "State: a ready state needs importer= and decide= callables");
@@ -305,7 +306,8 @@ static PyObject *make_type(PyObject *module, PyType_Spec *spec, PyMemberDef *mem
 
 /* --- Routes: a State's stored routes (route key -> Replay or None), a mapping over a dict it never hands out,
  * with a small cache in front of it for the route's lookups (routes_get). Every change goes through its own
- * methods, which empty the cache first, so a cached route is always the one the mapping holds. Reads
+ * methods, which empty the cache first and keep it out of use until they return (a change may release a
+ * value, which may run Python code that converts), so a cached route is always the one the mapping holds. Reads
  * (get, items, keys, values, copy, len, in, iteration, [key]) are the dict's. */
 #define ROUTE_CACHE 8
 typedef struct {
@@ -313,6 +315,7 @@ typedef struct {
     PyObject *dict;                      /* key (int) -> Replay or None */
     long long keys[ROUTE_CACHE];         /* the cached keys ... */
     PyObject *values[ROUTE_CACHE];       /* ... and their values (strong references; NULL: an empty slot) */
+    int changing;                        /* changes under way: the cache is empty and not used meanwhile */
 } RoutesObject;
 
 PyObject *g_routes_type;
@@ -335,8 +338,13 @@ static void forget(RoutesObject *r) {
  * set where none is stored (*made then holds the key as an int, a new reference), NULL with an error on failure. */
 PyObject *routes_get(PyObject *routes, long long key, PyObject **made) {
     *made = NULL;
-    int cached = Py_TYPE(routes) == (PyTypeObject *)g_routes_type;
+    int mapping = Py_TYPE(routes) == (PyTypeObject *)g_routes_type;
     RoutesObject *r = (RoutesObject *)routes;
+    int cached = mapping && r->changing == 0;
+    if (mapping && r->dict == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.Routes: cleared");
+        return NULL;
+    }
     int slot = cache_slot(key);
     if (cached && r->values[slot] != NULL && r->keys[slot] == key) {
         Py_INCREF(r->values[slot]);
@@ -344,7 +352,7 @@ PyObject *routes_get(PyObject *routes, long long key, PyObject **made) {
     }
     PyObject *number = PyLong_FromLongLong(key);
     if (number == NULL) return NULL;
-    PyObject *found = PyDict_GetItemWithError(cached ? r->dict : routes, number); /* (int keys: no Python runs) */
+    PyObject *found = PyDict_GetItemWithError(mapping ? r->dict : routes, number); /* (int keys: no Python runs) */
     if (found == NULL) {
         if (PyErr_Occurred()) Py_CLEAR(number);
         *made = number;
@@ -386,6 +394,7 @@ static int routes_traverse(PyObject *o, visitproc visit, void *arg) {
 
 static int routes_clear_refs(PyObject *o) {
     RoutesObject *r = (RoutesObject *)o;
+    r->changing++; /* (no cache from here on) */
     forget(r);
     Py_CLEAR(r->dict);
     return 0;
@@ -400,32 +409,57 @@ static void routes_dealloc(PyObject *o) {
     Py_DECREF(type);
 }
 
-static Py_ssize_t routes_length(PyObject *o) { return PyDict_Size(((RoutesObject *)o)->dict); }
-static PyObject *routes_subscript(PyObject *o, PyObject *key) { return PyObject_GetItem(((RoutesObject *)o)->dict, key); }
-static int routes_contains(PyObject *o, PyObject *key) { return PyDict_Contains(((RoutesObject *)o)->dict, key); }
-static PyObject *routes_iter(PyObject *o) { return PyObject_GetIter(((RoutesObject *)o)->dict); }
-static PyObject *routes_repr(PyObject *o) { return PyUnicode_FromFormat("Routes(%R)", ((RoutesObject *)o)->dict); }
+/* The dict (borrowed), or NULL with an error once the mapping was cleared (a cycle the collector breaks). */
+static PyObject *dict_of(PyObject *o) {
+    PyObject *dict = ((RoutesObject *)o)->dict;
+    if (dict == NULL) PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.Routes: cleared");
+    return dict;
+}
+static Py_ssize_t routes_length(PyObject *o) { return dict_of(o) ? PyDict_Size(dict_of(o)) : -1; }
+static PyObject *routes_subscript(PyObject *o, PyObject *key) {
+    return dict_of(o) ? PyObject_GetItem(dict_of(o), key) : NULL;
+}
+static int routes_contains(PyObject *o, PyObject *key) { return dict_of(o) ? PyDict_Contains(dict_of(o), key) : -1; }
+static PyObject *routes_iter(PyObject *o) { return dict_of(o) ? PyObject_GetIter(dict_of(o)) : NULL; }
+static PyObject *routes_repr(PyObject *o) { return dict_of(o) ? PyUnicode_FromFormat("Routes(%R)", dict_of(o)) : NULL; }
+
+/* A change begins: the cache emptied and out of use until change_ends(); the dict, held meanwhile (a change
+ * may release a value and run Python code), or NULL with an error. */
+static PyObject *change_begins(RoutesObject *r) {
+    PyObject *dict = r->dict;
+    if (dict == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.Routes: cleared");
+        return NULL;
+    }
+    Py_INCREF(dict);
+    r->changing++;
+    forget(r);
+    return dict;
+}
+
+static void change_ends(RoutesObject *r, PyObject *dict) {
+    r->changing--;
+    Py_DECREF(dict);
+}
 
 static int routes_ass_subscript(PyObject *o, PyObject *key, PyObject *value) {
     RoutesObject *r = (RoutesObject *)o;
-    PyObject *dict = r->dict;
-    Py_INCREF(dict); /* (held across the change, which may release a value and run Python code) */
-    forget(r);
+    PyObject *dict = change_begins(r);
+    if (dict == NULL) return -1;
     int rc = value != NULL ? PyDict_SetItem(dict, key, value) : PyDict_DelItem(dict, key);
-    Py_DECREF(dict);
+    change_ends(r, dict);
     return rc;
 }
 
 /* A change by one of the dict's own methods (clear, pop, popitem, setdefault, update), the cache emptied first. */
 static PyObject *routes_change(PyObject *o, const char *name, PyObject *args, PyObject *kwargs) {
     RoutesObject *r = (RoutesObject *)o;
-    PyObject *dict = r->dict;
-    Py_INCREF(dict);
-    forget(r);
+    PyObject *dict = change_begins(r);
+    if (dict == NULL) return NULL;
     PyObject *method = PyObject_GetAttrString(dict, name);
     PyObject *result = method != NULL ? PyObject_Call(method, args, kwargs) : NULL;
     Py_XDECREF(method);
-    Py_DECREF(dict);
+    change_ends(r, dict);
     return result;
 }
 
@@ -443,7 +477,8 @@ CHANGE(update)
 static PyObject *routes_getattro(PyObject *o, PyObject *name) {
     int read = PyUnicode_Check(name) ? PySet_Contains(g_reads, name) : 0;
     if (read < 0) return NULL;
-    return read ? PyObject_GetAttr(((RoutesObject *)o)->dict, name) : PyObject_GenericGetAttr(o, name);
+    if (!read) return PyObject_GenericGetAttr(o, name);
+    return dict_of(o) ? PyObject_GetAttr(dict_of(o), name) : NULL;
 }
 
 static PyMethodDef routes_methods[] = {

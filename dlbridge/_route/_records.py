@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 from .._accelerator import accel
 
-__all__ = ["State", "Producer", "Replay", "Routes", "guards_hold", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE", "EXPORT_METHOD",
-           "EXPORT_EXCHANGE", "EXPORT_FUNCTION", "EXPORT_METHOD_LEGACY"]  # fmt: skip
+__all__ = ["State", "Producer", "Replay", "Routes", "guards_hold", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE",
+           "EXPORT_METHOD", "EXPORT_EXCHANGE", "EXPORT_FUNCTION", "EXPORT_METHOD_LEGACY"]  # fmt: skip
 
 # Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
 # through its DLPack C exchange API. Export kinds: x.__dlpack__(), the exchange API, a function.
