@@ -9,7 +9,8 @@
  *
  * Also: probe() (capsules.c), the capsule reader's Python form; Carrier (carrier.c), a single-use
  * object that hands a ready capsule to consumers that only take objects with __dlpack__; Route
- * (objects.c), the public to_<framework> functions' compiled form; State, Producer, Replay (records.c).
+ * (objects.c), the public to_<framework> functions' compiled form; State, Producer, Replay and Routes (a
+ * State's stored routes, with the route's cache of them) (records.c).
  *
  * CPython limited API 3.10 (abi3): one build serves every supported Python.
  */

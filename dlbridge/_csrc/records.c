@@ -2,8 +2,11 @@
  * (a stored route). Immutable, built by keyword (dlbridge/_route/_replay.py builds them), read by name: route.c
  * reads their C fields after an exact type check; Python reads the same fields as read-only members,
  * and each type's `_fields` names them in order (the pure-Python classes in _route.py have the same).
- * Integer fields are C ints, converted once here. The objects they hold never hold a record back, so
- * the records need no cycle collection; dealloc releases every reference.
+ * Integer fields are C ints, converted once here, and so are what route.c would otherwise read again on
+ * every call: an exchange API capsule's table, a Producer's guards (as Guard structs over its own tuple) and,
+ * on first use, its type's own __dlpack__ (steps.c). The objects they hold never hold a record back, so
+ * the records need no cycle collection; dealloc releases every reference. Also here: Routes, the State's
+ * stored routes with a small cache in front of them.
  */
 #include "accel.h"
 
