@@ -19,7 +19,7 @@ __all__ = ["ABI", "ENV_VAR", "accel", "reason"]
 
 # The interface of dlbridge/_csrc/ this source expects (its ABI constant): bump both together, so that a
 # module compiled from older C sources is not used with a newer caller.
-ABI = 7
+ABI = 8
 ENV_VAR = "DLBRIDGE_PURE_PYTHON"
 
 

@@ -492,3 +492,46 @@ def test_default_fallback_and_policy_blocks_switched_between_calls() -> None:
     expected = ["raise"] * 2 + ["uint32"] * 2 + ["raise"] * 2 + ["uint32"] * 2 + ["raise"] * 2 + ["uint32"] * 2
     expected += ["raise"] * 2 + ["uint32"] * 2
     assert proc.stdout.split("SEEN ", 1)[-1].split() == expected, proc.stdout + proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled module's Routes (pure Python keeps a dict)")
+def test_every_change_to_the_routes_reaches_the_next_conversion() -> None:
+    """The compiled route keeps a small cache in front of a State's routes (``Routes``, records.c): each way of
+    changing the mapping empties it, so the next conversion replays what the mapping holds; the dict behind
+    it cannot be changed past the cache."""
+    pytest.importorskip("torch")
+    x = aligned(np.arange(16, dtype=np.float32))
+    for _ in range(3):
+        dlbridge.to_torch(x)
+    routes = _route.SPECS["torch"][0].routes
+    assert type(routes) is _accelerator.accel.Routes
+    key, replay = next((k, r) for k, r in routes.items() if r is not None and r.triple == 0x1_20_02)
+    assert key in routes and routes[key] is replay and routes.get(key) is replay and key in list(routes)
+    assert len(routes) == len(dict(routes.items())) == len(routes.keys()) == len(routes.values())
+
+    def delete() -> None:
+        del routes[key]
+        routes.update({key: None})
+
+    changes = {
+        "setitem": lambda: routes.__setitem__(key, None),
+        "update": lambda: routes.update({key: None}),
+        "del, update": delete,
+        "pop, setdefault": lambda: (routes.pop(key), routes.setdefault(key, None)),
+        "popitem, update": lambda: (routes.popitem(), routes.update({key: None})),
+        "clear, update": lambda: (routes.clear(), routes.update([(key, None)])),
+    }
+    for name, change in changes.items():
+        routes[key] = replay
+        with counting_declines() as slow:
+            dlbridge.to_torch(x)  # replayed (and cached)
+        assert slow["torch"] == 0, name
+        change()
+        with counting_declines() as slow:
+            out = dlbridge.to_torch(x)
+        assert slow["torch"] == 1, f"{name}: a changed route was replayed from the cache"
+        assert out.data_ptr() == x.ctypes.data
+    routes[key] = replay
+    assert not hasattr(routes, "__ior__") and not hasattr(routes, "fromkeys")  # only the dict's reads are handed on
+    with pytest.raises(TypeError):
+        dict.__setitem__(routes, key, None)  # type: ignore[index]

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <structmember.h>
 
-#define ACCEL_ABI 7
+#define ACCEL_ABI 8
 
 /* Py_SETREF / Py_XSETREF are not in the limited API before 3.12. */
 #define SETREF(dst, src) do { PyObject *_old = (PyObject *)(dst); (dst) = (src); Py_DECREF(_old); } while (0)
@@ -73,7 +73,7 @@ typedef struct {
     PyObject *target;       /* the consumer's adapter (for the pipeline) */
     PyObject *importer;     /* the consumer's import: importer(capsule or carrier) */
     PyObject *api;          /* the consumer's exchange API capsule, or None */
-    PyObject *routes;       /* dict: route key -> Replay or None */
+    PyObject *routes;       /* Routes (records.c) or dict: route key -> Replay or None */
     PyObject *caps_guard;   /* (object, attribute, value) the capability row was read under, else None */
     PyObject *caps;         /* the capability row the routes were decided for */
     PyObject *decide;       /* decide(key): the Replay (stored), or None */
@@ -84,6 +84,7 @@ typedef struct {
     int kind;               /* IMPORT_* */
     char ready, versioned;  /* versioned: the capsule kind the consumer's producer is asked for */
     char deferred;          /* it asks a GPU producer for the capsule itself, with its own stream */
+    void *api_table;        /* (C only) api's DLPackExchangeAPI, read once (NULL: not such a capsule) */
 } StateRecord;
 typedef struct {
     PyObject_HEAD
@@ -98,7 +99,22 @@ typedef struct {
     int device_type;          /* the device type device_method's id is of; 0: it gives (type, id) */
     int gpu_kind;             /* EXPORT_EXCHANGE (no sync: equal streams only) or EXPORT_METHOD (stream=) */
     char readonly;            /* its arrays are read-only whatever their capsules say (JAX): READ_ONLY ORed in */
+    /* (C only, set on first use: steps.c's method_of) the type whose __dlpack__ was looked up, and that
+     * method as its own class defines it where getattr(x, "__dlpack__") is always it bound to x (else None) */
+    PyObject *method_type, *method;
+    /* (C only, made with the record) its guards and gpu_guards read once, each where every guard is a tuple
+     * (attribute or object, True or False, expected[, unless]); NULL: check_guards reads the tuple itself */
+    struct Guard *checks, *gpu_checks;
+    void *handle_table;       /* (C only) handle's DLPackExchangeAPI, read once (NULL: not such a capsule) */
 } ProducerRecord;
+/* A guard read once (records.c): its items are the guards tuple's, which the Producer holds (borrowed) */
+typedef struct Guard {
+    PyObject *name;     /* an attribute name (a str), or an object to call */
+    PyObject *expected;
+    PyObject *unless;   /* NULL: none */
+    char call, named;   /* call the value; name is a str */
+    char last;          /* the last guard of the list */
+} Guard;
 /* A stored route: the record decide() made (dlbridge/_pipeline/_handoff.py), read once when the Replay is
  * made: its Admission (the capsule facts under which the record holds) as C fields, compared as they are. */
 typedef struct {
@@ -117,8 +133,10 @@ typedef struct {
 enum { KIND_LEGACY = 1, KIND_VERSIONED = 2 };
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
 enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2, EXPORT_METHOD_LEGACY = 3 };
-extern PyObject *g_state_type, *g_producer_type, *g_replay_type;
+extern PyObject *g_state_type, *g_producer_type, *g_replay_type, *g_routes_type;
 int records_init(PyObject *module);
+PyObject *routes_get(PyObject *routes, long long key, PyObject **made);
+void *exchange_table(PyObject *capsule, void *table);
 
 /* Set once by configure(). */
 extern PyObject *g_producers;     /* dict: exact type -> Producer */

@@ -2,8 +2,11 @@
  * (a stored route). Immutable, built by keyword (dlbridge/_route/_replay.py builds them), read by name: route.c
  * reads their C fields after an exact type check; Python reads the same fields as read-only members,
  * and each type's `_fields` names them in order (the pure-Python classes in _route.py have the same).
- * Integer fields are C ints, converted once here. The objects they hold never hold a record back, so
- * the records need no cycle collection; dealloc releases every reference.
+ * Integer fields are C ints, converted once here, and so are what route.c would otherwise read again on
+ * every call: an exchange API capsule's table, a Producer's guards (as Guard structs over its own tuple) and,
+ * on first use, its type's own __dlpack__ (steps.c). The objects they hold never hold a record back, so
+ * the records need no cycle collection; dealloc releases every reference. Also here: Routes, the State's
+ * stored routes with a small cache in front of them.
  */
 #include "accel.h"
 
@@ -80,7 +83,15 @@ static void release(PyObject *record, PyMemberDef *members) {
 }
 
 static void state_dealloc(PyObject *o) { release(o, state_members); }
-static void producer_dealloc(PyObject *o) { release(o, producer_members); }
+static void producer_dealloc(PyObject *o) {
+    ProducerRecord *p = (ProducerRecord *)o;
+    PyMem_Free(p->checks);
+    PyMem_Free(p->gpu_checks);
+    p->checks = p->gpu_checks = NULL;
+    Py_CLEAR(p->method_type);
+    Py_CLEAR(p->method);
+    release(o, producer_members);
+}
 static void replay_dealloc(PyObject *o) { release(o, replay_members); }
 
 /* A new record of `type` (its object fields NULL), or NULL with an error. */
@@ -109,11 +120,22 @@ static PyObject *state_checked(StateRecord *s) {
                                      !PyUnicode_Check(PyTuple_GetItem(s->caps_guard, 1))))
         return refuse((PyObject *)s, "State(caps_guard=) must be (object, attribute name, value) or None");
     if (!s->ready) return (PyObject *)s;
-    if (!PyDict_Check(s->routes) || !PyList_Check(s->self_dtypes))
-        return refuse((PyObject *)s, "State: a ready state needs routes= a dict and self_dtypes= a list");
+    int routes = PyDict_Check(s->routes) || Py_TYPE(s->routes) == (PyTypeObject *)g_routes_type;
+    if (!routes || !PyList_Check(s->self_dtypes))
+        return refuse((PyObject *)s, "State: a ready state needs routes= a Routes or dict and self_dtypes= a list");
     if (!PyCallable_Check(s->importer) || !PyCallable_Check(s->decide))
         return refuse((PyObject *)s, "State: a ready state needs importer= and decide= callables");
     return (PyObject *)s;
+}
+
+/* An exchange API capsule's table, read once when its record is made. */
+static void *table_of(PyObject *capsule) {
+    return PyCapsule_IsValid(capsule, EXCHANGE) ? PyCapsule_GetPointer(capsule, EXCHANGE) : NULL;
+}
+
+/* A record's table of `capsule` (read when it was made), or the capsule's own, as PyCapsule_GetPointer. */
+void *exchange_table(PyObject *capsule, void *table) {
+    return table != NULL ? table : PyCapsule_GetPointer(capsule, EXCHANGE);
 }
 
 static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -128,7 +150,39 @@ static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return discard((PyObject *)s, state_members);
     s->ready = (char)ready, s->versioned = (char)versioned, s->deferred = (char)deferred;
     hold((PyObject *)s, state_members);
+    s->api_table = table_of(s->api);
     return state_checked(s);
+}
+
+/* The guards tuple read once into Guards (an empty tuple: one that never fails is not needed, NULL too), or
+ * NULL where any guard is not a plain (attribute or object, True or False, expected[, unless]) tuple: then
+ * check_guards reads the tuple each time, as it always did. -1 with an error (no memory). */
+static int prepare(PyObject *guards, Guard **out) {
+    *out = NULL;
+    Py_ssize_t n = guards != Py_None ? PyTuple_Size(guards) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *guard = PyTuple_GetItem(guards, i);
+        Py_ssize_t size = PyTuple_Check(guard) ? PyTuple_Size(guard) : 0;
+        PyObject *call = size == 3 || size == 4 ? PyTuple_GetItem(guard, 1) : NULL;
+        if (call != Py_True && call != Py_False) return 0;
+    }
+    if (n == 0) return 0;
+    Guard *checks = PyMem_Calloc((size_t)n, sizeof(Guard));
+    if (checks == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *guard = PyTuple_GetItem(guards, i);
+        checks[i].name = PyTuple_GetItem(guard, 0);
+        checks[i].call = PyTuple_GetItem(guard, 1) == Py_True;
+        checks[i].expected = PyTuple_GetItem(guard, 2);
+        checks[i].unless = PyTuple_Size(guard) == 4 ? PyTuple_GetItem(guard, 3) : NULL;
+        checks[i].named = (char)PyUnicode_Check(checks[i].name);
+        checks[i].last = i == n - 1;
+    }
+    *out = checks;
+    return 0;
 }
 
 static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -145,6 +199,7 @@ static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     p->readonly = (char)readonly;
     if (p->guards == NULL) p->guards = g_empty;
     hold((PyObject *)p, producer_members);
+    p->handle_table = table_of(p->handle);
     if ((p->guards != Py_None && !PyTuple_Check(p->guards)) || (p->gpu_guards != Py_None && !PyTuple_Check(p->gpu_guards)))
         return refuse((PyObject *)p, "Producer(guards=, gpu_guards=) must be tuples or None");
     if (p->gpu_guards != Py_None && !PyUnicode_Check(p->device_method))
@@ -155,6 +210,10 @@ static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         return refuse((PyObject *)p, "Producer(alias=) must be a str or None");
     if (p->relabels != Py_None && !PyDict_Check(p->relabels))
         return refuse((PyObject *)p, "Producer(relabels=) must be a dict or None");
+    if (prepare(p->guards, &p->checks) < 0 || prepare(p->gpu_guards, &p->gpu_checks) < 0) {
+        Py_DECREF(p);
+        return NULL;
+    }
     return (PyObject *)p;
 }
 
@@ -248,7 +307,223 @@ static PyObject *make_type(PyObject *module, PyType_Spec *spec, PyMemberDef *mem
     return type; /* the module holds one reference, this global the other */
 }
 
+/* --- Routes: a State's stored routes (route key -> Replay or None), a mapping over a dict it never hands out,
+ * with a small cache in front of it for the route's lookups (routes_get). Every change goes through its own
+ * methods, which empty the cache first and keep it out of use until they return (a change may release a
+ * value, which may run Python code that converts), so a cached route is always the one the mapping holds. Reads
+ * (get, items, keys, values, copy, len, in, iteration, [key]) are the dict's. */
+#define ROUTE_CACHE 8
+typedef struct {
+    PyObject_HEAD
+    PyObject *dict;                      /* key (int) -> Replay or None */
+    long long keys[ROUTE_CACHE];         /* the cached keys ... */
+    PyObject *values[ROUTE_CACHE];       /* ... and their values (strong references; NULL: an empty slot) */
+    int changing;                        /* changes under way: the cache is empty and not used meanwhile */
+} RoutesObject;
+
+PyObject *g_routes_type;
+static PyObject *g_reads; /* frozenset: the dict's read-only methods Routes hands on */
+
+static int cache_slot(long long key) { return (int)((key ^ (key >> 16) ^ (key >> 32)) & (ROUTE_CACHE - 1)); }
+
+/* Empties the cache (before any change to the dict): the values are released after their slots are cleared,
+ * as a release may run Python code. */
+static void forget(RoutesObject *r) {
+    PyObject *old[ROUTE_CACHE];
+    for (int i = 0; i < ROUTE_CACHE; i++) {
+        old[i] = r->values[i];
+        r->values[i] = NULL;
+    }
+    for (int i = 0; i < ROUTE_CACHE; i++) Py_XDECREF(old[i]);
+}
+
+/* The value stored under `key` in a State's routes (a Routes or a dict): a new reference; NULL with no error
+ * set where none is stored (*made then holds the key as an int, a new reference), NULL with an error on failure. */
+PyObject *routes_get(PyObject *routes, long long key, PyObject **made) {
+    *made = NULL;
+    int mapping = Py_TYPE(routes) == (PyTypeObject *)g_routes_type;
+    RoutesObject *r = (RoutesObject *)routes;
+    int cached = mapping && r->changing == 0;
+    if (mapping && r->dict == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.Routes: cleared");
+        return NULL;
+    }
+    int slot = cache_slot(key);
+    if (cached && r->values[slot] != NULL && r->keys[slot] == key) {
+        Py_INCREF(r->values[slot]);
+        return r->values[slot];
+    }
+    PyObject *number = PyLong_FromLongLong(key);
+    if (number == NULL) return NULL;
+    PyObject *found = PyDict_GetItemWithError(mapping ? r->dict : routes, number); /* (int keys: no Python runs) */
+    if (found == NULL) {
+        if (PyErr_Occurred()) Py_CLEAR(number);
+        *made = number;
+        return NULL;
+    }
+    Py_DECREF(number);
+    Py_INCREF(found);
+    if (cached) {
+        PyObject *old = r->values[slot];
+        Py_INCREF(found);
+        r->values[slot] = found;
+        r->keys[slot] = key;
+        Py_XDECREF(old);
+    }
+    return found;
+}
+
+static PyObject *routes_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (kwargs != NULL && PyDict_Size(kwargs) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Routes() takes no arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, ":Routes")) return NULL;
+    allocfunc tp_alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    RoutesObject *r = (RoutesObject *)tp_alloc(type, 0);
+    if (r == NULL) return NULL;
+    r->dict = PyDict_New();
+    if (r->dict == NULL) Py_CLEAR(r);
+    return (PyObject *)r;
+}
+
+static int routes_traverse(PyObject *o, visitproc visit, void *arg) {
+    RoutesObject *r = (RoutesObject *)o;
+    Py_VISIT(Py_TYPE(o));
+    Py_VISIT(r->dict);
+    for (int i = 0; i < ROUTE_CACHE; i++) Py_VISIT(r->values[i]);
+    return 0;
+}
+
+static int routes_clear_refs(PyObject *o) {
+    RoutesObject *r = (RoutesObject *)o;
+    r->changing++; /* (no cache from here on) */
+    forget(r);
+    Py_CLEAR(r->dict);
+    return 0;
+}
+
+static void routes_dealloc(PyObject *o) {
+    PyTypeObject *type = Py_TYPE(o);
+    PyObject_GC_UnTrack(o);
+    routes_clear_refs(o);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(o);
+    Py_DECREF(type);
+}
+
+/* The dict (borrowed), or NULL with an error once the mapping was cleared (a cycle the collector breaks). */
+static PyObject *dict_of(PyObject *o) {
+    PyObject *dict = ((RoutesObject *)o)->dict;
+    if (dict == NULL) PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.Routes: cleared");
+    return dict;
+}
+static Py_ssize_t routes_length(PyObject *o) { return dict_of(o) ? PyDict_Size(dict_of(o)) : -1; }
+static PyObject *routes_subscript(PyObject *o, PyObject *key) {
+    return dict_of(o) ? PyObject_GetItem(dict_of(o), key) : NULL;
+}
+static int routes_contains(PyObject *o, PyObject *key) { return dict_of(o) ? PyDict_Contains(dict_of(o), key) : -1; }
+static PyObject *routes_iter(PyObject *o) { return dict_of(o) ? PyObject_GetIter(dict_of(o)) : NULL; }
+static PyObject *routes_repr(PyObject *o) { return dict_of(o) ? PyUnicode_FromFormat("Routes(%R)", dict_of(o)) : NULL; }
+
+/* A change begins: the cache emptied and out of use until change_ends(); the dict, held meanwhile (a change
+ * may release a value and run Python code), or NULL with an error. */
+static PyObject *change_begins(RoutesObject *r) {
+    PyObject *dict = r->dict;
+    if (dict == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.Routes: cleared");
+        return NULL;
+    }
+    Py_INCREF(dict);
+    r->changing++;
+    forget(r);
+    return dict;
+}
+
+static void change_ends(RoutesObject *r, PyObject *dict) {
+    r->changing--;
+    Py_DECREF(dict);
+}
+
+static int routes_ass_subscript(PyObject *o, PyObject *key, PyObject *value) {
+    RoutesObject *r = (RoutesObject *)o;
+    PyObject *dict = change_begins(r);
+    if (dict == NULL) return -1;
+    int rc = value != NULL ? PyDict_SetItem(dict, key, value) : PyDict_DelItem(dict, key);
+    change_ends(r, dict);
+    return rc;
+}
+
+/* A change by one of the dict's own methods (clear, pop, popitem, setdefault, update), the cache emptied first. */
+static PyObject *routes_change(PyObject *o, const char *name, PyObject *args, PyObject *kwargs) {
+    RoutesObject *r = (RoutesObject *)o;
+    PyObject *dict = change_begins(r);
+    if (dict == NULL) return NULL;
+    PyObject *method = PyObject_GetAttrString(dict, name);
+    PyObject *result = method != NULL ? PyObject_Call(method, args, kwargs) : NULL;
+    Py_XDECREF(method);
+    change_ends(r, dict);
+    return result;
+}
+
+#define CHANGE(name)                                                                              \
+    static PyObject *routes_##name(PyObject *o, PyObject *args, PyObject *kwargs) {             \
+        return routes_change(o, #name, args, kwargs);                                             \
+    }
+CHANGE(clear)
+CHANGE(pop)
+CHANGE(popitem)
+CHANGE(setdefault)
+CHANGE(update)
+
+/* The dict's read-only methods; nothing else of it is reachable (so nothing changes it behind the cache). */
+static PyObject *routes_getattro(PyObject *o, PyObject *name) {
+    int read = PyUnicode_Check(name) ? PySet_Contains(g_reads, name) : 0;
+    if (read < 0) return NULL;
+    if (!read) return PyObject_GenericGetAttr(o, name);
+    return dict_of(o) ? PyObject_GetAttr(dict_of(o), name) : NULL;
+}
+
+static PyMethodDef routes_methods[] = {
+    {"clear", (PyCFunction)(void (*)(void))routes_clear, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"pop", (PyCFunction)(void (*)(void))routes_pop, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"popitem", (PyCFunction)(void (*)(void))routes_popitem, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"setdefault", (PyCFunction)(void (*)(void))routes_setdefault, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"update", (PyCFunction)(void (*)(void))routes_update, METH_VARARGS | METH_KEYWORDS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot routes_slots[] = {
+    {Py_tp_new, routes_new},
+    {Py_tp_dealloc, routes_dealloc},
+    {Py_tp_traverse, routes_traverse},
+    {Py_tp_clear, routes_clear_refs},
+    {Py_tp_getattro, routes_getattro},
+    {Py_tp_methods, routes_methods},
+    {Py_tp_iter, routes_iter},
+    {Py_tp_repr, routes_repr},
+    {Py_mp_length, routes_length},
+    {Py_mp_subscript, routes_subscript},
+    {Py_mp_ass_subscript, routes_ass_subscript},
+    {Py_sq_contains, routes_contains},
+    {Py_tp_doc, "Routes(): a State's stored routes (route key -> Replay or None); a mapping whose changes go "
+                "through its own methods, which keep the compiled route's cache of it current."},
+    {0, NULL},
+};
+
+static PyType_Spec routes_spec = {"dlbridge._accel.Routes", sizeof(RoutesObject), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, routes_slots};
+
+static int routes_init(PyObject *module) {
+    g_reads = Py_BuildValue("(sssss)", "get", "items", "keys", "values", "copy");
+    if (g_reads != NULL) SETREF(g_reads, PyFrozenSet_New(g_reads));
+    if (g_reads == NULL) return -1;
+    g_routes_type = PyType_FromSpec(&routes_spec);
+    return g_routes_type != NULL ? PyModule_AddObjectRef(module, "Routes", g_routes_type) : -1;
+}
+
 int records_init(PyObject *module) {
+    if (routes_init(module) < 0) return -1;
     g_state_type = make_type(module, &specs[0], state_members, "State");
     g_producer_type = g_state_type ? make_type(module, &specs[1], producer_members, "Producer") : NULL;
     g_replay_type = g_producer_type ? make_type(module, &specs[2], replay_members, "Replay") : NULL;

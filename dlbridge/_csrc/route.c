@@ -147,7 +147,7 @@ static int self_import(Call *c) {
 
 /* The exchange-API import: the consumer owns the tensor from here on, also if it fails. */
 static int import_exchange(Call *c) {
-    DLPackExchangeAPI *api = PyCapsule_GetPointer(c->state->api, EXCHANGE);
+    DLPackExchangeAPI *api = exchange_table(c->state->api, c->state->api_table);
     if (api == NULL || api->header.version.major != 1) return settle();
     DLManagedTensorVersioned *taken = c->managed;
     if (taken == NULL) {

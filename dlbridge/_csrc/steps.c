@@ -34,6 +34,33 @@ int export_failed(Call *c) {
 /* Whether every guard holds: getattr(x, name) (or the guard's object itself where it is not a name: a
  * function of the process's state), called when asked, is the expected object. */
 int check_guards(Call *c, PyObject *guards) {
+    const Guard *g = guards == c->producer->guards       ? c->producer->checks
+                     : guards == c->producer->gpu_guards ? c->producer->gpu_checks
+                                                         : NULL;
+    for (; g != NULL; g++) { /* the same checks, read once (records.c) */
+        PyObject *value;
+        if (g->named) {
+            value = PyObject_GetAttr(c->args[1], g->name);
+        } else {
+            value = g->name;
+            Py_INCREF(value);
+        }
+        if (value != NULL && g->call) SETREF(value, PyObject_CallNoArgs(value));
+        if (value == NULL) return settle();
+        int same = value == g->expected;
+        Py_DECREF(value);
+        if (!same && g->unless != NULL) {
+            PyObject *unless = g->unless, *answer;
+            Py_INCREF(unless); /* owned across the call into Python */
+            answer = PyObject_CallNoArgs(unless);
+            Py_DECREF(unless);
+            if (answer == NULL) return settle();
+            same = answer == Py_True;
+            Py_DECREF(answer);
+        }
+        if (!same) return STEP_DECLINE;
+        if (g->last) return STEP_OK;
+    }
     Py_ssize_t n = PyTuple_Size(guards); /* a tuple (records.c) */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *guard = PyTuple_GetItem(guards, i);
@@ -93,7 +120,7 @@ PyObject *export_source(Call *c, long long *forced) {
 /* The exchange-API export of `source` (no synchronisation) into c->managed, or as a legacy capsule where
  * the consumer reads those only. */
 int export_managed(Call *c, PyObject *source, int want_versioned) {
-    DLPackExchangeAPI *api = PyCapsule_GetPointer(c->producer->handle, EXCHANGE);
+    DLPackExchangeAPI *api = exchange_table(c->producer->handle, c->producer->handle_table);
     if (api == NULL || api->header.version.major != 1) return settle();
     if (api->managed_tensor_from_py_object_no_sync(source, &c->managed) != 0 || c->managed == NULL) {
         c->managed = NULL;
@@ -108,6 +135,76 @@ int export_managed(Call *c, PyObject *source, int want_versioned) {
     return c->capsule != NULL ? STEP_OK : settle();
 }
 
+/* A method descriptor (a C method of a class), as `type(str.join)` is. */
+static PyObject *g_method_descriptor;
+
+/* `type`'s own __dlpack__ where getattr(x, "__dlpack__") is that method bound to x for every x of exactly
+ * `type`, and always will be: an immutable class (nothing can be set on it) whose own namespace holds a C
+ * method, instances without a __dict__, the generic attribute lookup, and the metaclass `type`. Then calling
+ * it with x first is calling the bound method (without making one). A new reference, Py_None where not so,
+ * NULL with an error. */
+static PyObject *own_method(PyObject *type) {
+    PyTypeObject *t = (PyTypeObject *)type;
+    if (Py_TYPE(type) != &PyType_Type || !(PyType_GetFlags(t) & Py_TPFLAGS_IMMUTABLETYPE) ||
+        PyType_GetSlot(t, Py_tp_getattro) != (void *)PyObject_GenericGetAttr)
+        Py_RETURN_NONE;
+    if (g_method_descriptor == NULL) {
+        PyObject *join = PyObject_GetAttrString((PyObject *)&PyUnicode_Type, "join");
+        if (join == NULL) return NULL;
+        g_method_descriptor = (PyObject *)Py_TYPE(join);
+        Py_INCREF(g_method_descriptor);
+        Py_DECREF(join);
+    }
+    PyObject *offset = PyObject_GetAttrString(type, "__dictoffset__");
+    long dict_offset = offset != NULL ? PyLong_AsLong(offset) : -1;
+    Py_XDECREF(offset);
+    if (dict_offset == -1 && PyErr_Occurred()) return NULL;
+    PyObject *space = dict_offset == 0 ? PyObject_GetAttrString(type, "__dict__") : NULL;
+    if (space == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *method = PyMapping_GetItemString(space, "__dlpack__");
+    Py_DECREF(space);
+    if (method == NULL && PyErr_ExceptionMatches(PyExc_KeyError)) PyErr_Clear();
+    if (method == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    if ((PyObject *)Py_TYPE(method) != g_method_descriptor) SETREF(method, Py_NewRef(Py_None));
+    return method;
+}
+
+/* x.__dlpack__(**kwargs) for the Producer's EXPORT_METHOD kinds: through the class's own method where
+ * own_method() found one for x's exact type (remembered in the Producer the first time), else getattr. */
+static PyObject *call_dunder(Call *c, PyObject *source, PyObject *kwargs) {
+    ProducerRecord *p = c->producer;
+    PyObject *type = (PyObject *)Py_TYPE(source);
+    if (p->method_type == NULL) {
+        PyObject *method = own_method(type);
+        if (method == NULL && settle() == STEP_ERROR) return NULL; /* (an Exception: getattr, looked up next time) */
+        if (method != NULL && p->method_type == NULL) { /* (not set meanwhile by a call the lookup ran) */
+            Py_INCREF(type);
+            p->method_type = type;
+            p->method = method;
+        } else {
+            Py_XDECREF(method);
+        }
+    }
+    if (p->method_type == type && p->method != Py_None) {
+        PyObject *method = p->method, *args = PyTuple_Pack(1, source), *capsule = NULL;
+        Py_INCREF(method); /* owned across the call into Python */
+        if (args != NULL) capsule = PyObject_Call(method, args, kwargs);
+        Py_XDECREF(args);
+        Py_DECREF(method);
+        return capsule;
+    }
+    PyObject *method = PyObject_GetAttr(source, g_dunder);
+    PyObject *capsule = method ? PyObject_Call(method, g_empty, kwargs) : NULL;
+    Py_XDECREF(method);
+    return capsule;
+}
+
 /* The producer's export of host memory `source` into c->managed (exchange API) or c->capsule. */
 static int export_tensor(Call *c, PyObject *source) {
     int kind = c->producer->kind, want_versioned = c->state->versioned;
@@ -115,10 +212,8 @@ static int export_tensor(Call *c, PyObject *source) {
     if (kind == EXPORT_FUNCTION) {
         c->capsule = PyObject_CallFunctionObjArgs(c->producer->handle, source, NULL);
     } else {
-        PyObject *method = PyObject_GetAttr(source, g_dunder);
         int ask_versioned = want_versioned && kind != EXPORT_METHOD_LEGACY; /* a producer before DLPack 1.0 */
-        c->capsule = method ? PyObject_Call(method, g_empty, ask_versioned ? g_versioned_kw : NULL) : NULL;
-        Py_XDECREF(method);
+        c->capsule = call_dunder(c, source, ask_versioned ? g_versioned_kw : NULL);
     }
     return c->capsule != NULL ? STEP_OK : export_failed(c);
 }
@@ -183,13 +278,11 @@ int find_route(Call *c) {
     if (!here || t->device.device_id < 0 || t->device.device_id > 0x7FFF) return STEP_DECLINE;
     /* options: fallback | readonly= << 4 | read-only memory << 5 (dlbridge/_route/_learn.py) */
     long long options = c->fallback | (c->readonly << 4) | ((c->flags & FLAG_READ_ONLY) ? 1 << 5 : 0);
-    PyObject *key = PyLong_FromLongLong(c->triple | (options << 32) | ((long long)t->device.device_type << 40) |
-                                        ((long long)t->device.device_id << 48));
-    if (key == NULL) return settle();
-    PyObject *replay = PyDict_GetItemWithError(c->state->routes, key); /* a dict (records.c) */
-    Py_XINCREF(replay);
-    if (replay == NULL && !PyErr_Occurred()) replay = PyObject_CallFunctionObjArgs(c->state->decide, key, NULL);
-    Py_DECREF(key);
+    PyObject *key = NULL, *replay = routes_get(c->state->routes, c->triple | (options << 32) |
+                                               ((long long)t->device.device_type << 40) |
+                                               ((long long)t->device.device_id << 48), &key);
+    if (replay == NULL && key != NULL) replay = PyObject_CallFunctionObjArgs(c->state->decide, key, NULL);
+    Py_XDECREF(key);
     if (replay == NULL) return settle();
     if (Py_TYPE(replay) != (PyTypeObject *)g_replay_type) { /* None: the pipeline decides each time */
         Py_DECREF(replay);

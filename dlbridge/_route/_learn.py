@@ -25,7 +25,7 @@ from .._options import FALLBACKS, READONLY
 from .._pipeline._devices import home_of
 from .._pipeline._handoff import decide
 from .._pipeline._logical import remembering
-from ._records import EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD, Producer, Replay, State
+from ._records import EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD, Producer, Replay, Routes, State
 from ._specs import SPECS
 
 __all__ = ["SPECS", "OPTIONS_SHIFT", "READONLY_SHIFT", "READ_ONLY_MEMORY", "DEVICE_SHIFT", "DEVICE_ID_SHIFT",
@@ -121,7 +121,7 @@ def _prepare(target: Adapter, caps: Capabilities) -> Any:
     found = target.fast_import(caps)
     if found is None:
         return State(target=target, caps=caps)
-    routes: dict[int, Any] = {}
+    routes = Routes()
     self_type, self_import = target.fast_self_import() or (None, None)
     return State(
         target=target,
@@ -148,7 +148,7 @@ def _caps_guard(target: FastRoute) -> Any:
     return None if switch is None else (switch[0], switch[1], getattr(switch[0], switch[1]))
 
 
-def _decide_into(routes: dict[int, Any], target: FastRoute, caps: Capabilities, key: int) -> Any:
+def _decide_into(routes: Any, target: FastRoute, caps: Capabilities, key: int) -> Any:
     route = _decide(target, caps, key)
     if len(routes) >= 1024:  # dtype codes are few; a bound all the same
         routes.clear()

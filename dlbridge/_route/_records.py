@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 from .._accelerator import accel
 
-__all__ = ["State", "Producer", "Replay", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE", "EXPORT_METHOD",
-           "EXPORT_EXCHANGE", "EXPORT_FUNCTION", "EXPORT_METHOD_LEGACY"]  # fmt: skip
+__all__ = ["State", "Producer", "Replay", "Routes", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE",
+           "EXPORT_METHOD", "EXPORT_EXCHANGE", "EXPORT_FUNCTION", "EXPORT_METHOD_LEGACY"]  # fmt: skip
 
 # Import kinds: the consumer takes a bare capsule, an object with __dlpack__, or a managed tensor
 # through its DLPack C exchange API. Export kinds: x.__dlpack__(), the exchange API, a function.
@@ -99,3 +99,6 @@ for _cls in (_PyState, _PyProducer, _PyReplay):
 State: Any = _PyState if accel is None else accel.State
 Producer: Any = _PyProducer if accel is None else accel.Producer
 Replay: Any = _PyReplay if accel is None else accel.Replay
+# A State's routes: a dict, or the compiled Routes (a mapping that keeps the compiled route's cache of it current)
+Routes: Any = dict if accel is None else accel.Routes
+
