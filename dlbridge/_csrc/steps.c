@@ -31,66 +31,59 @@ int export_failed(Call *c) {
     return STEP_DECLINE;
 }
 
-/* Whether every guard holds: getattr(x, name) (or the guard's object itself where it is not a name: a
- * function of the process's state), called when asked, is the expected object. */
+/* One guard: getattr(x, name) (or `name` itself where it is not an attribute name: a function of the
+ * process's state), called where asked, is `expected` (by identity); or else, where the guard has one,
+ * unless() is True (asked only then). STEP_OK, STEP_DECLINE, or settle()'s answer to an error. */
+static int guard_holds(Call *c, int named, PyObject *name, int call, PyObject *expected, PyObject *unless) {
+    PyObject *value;
+    if (named) {
+        value = PyObject_GetAttr(c->args[1], name);
+    } else {
+        value = name;
+        Py_INCREF(value);
+    }
+    if (value != NULL && call) SETREF(value, PyObject_CallNoArgs(value));
+    if (value == NULL) return settle();
+    int same = value == expected;
+    Py_DECREF(value);
+    if (!same && unless != NULL) { /* its second chance, asked only where the first answer fails */
+        PyObject *answer;
+        Py_INCREF(unless); /* owned across the call into Python */
+        answer = PyObject_CallNoArgs(unless);
+        Py_DECREF(unless);
+        if (answer == NULL) return settle();
+        same = answer == Py_True;
+        Py_DECREF(answer);
+    }
+    return same ? STEP_OK : STEP_DECLINE;
+}
+
+/* Whether every guard holds (guard_holds), in order: from the Producer's Guards read once (records.c), or
+ * from the tuple itself where they were not (a guard that is not a plain tuple). */
 int check_guards(Call *c, PyObject *guards) {
     const Guard *g = guards == c->producer->guards       ? c->producer->checks
                      : guards == c->producer->gpu_guards ? c->producer->gpu_checks
                                                          : NULL;
-    for (; g != NULL; g++) { /* the same checks, read once (records.c) */
-        PyObject *value;
-        if (g->named) {
-            value = PyObject_GetAttr(c->args[1], g->name);
-        } else {
-            value = g->name;
-            Py_INCREF(value);
+    int step = STEP_OK;
+    if (g != NULL) {
+        for (; step == STEP_OK; g++) {
+            step = guard_holds(c, g->named, g->name, g->call, g->expected, g->unless);
+            if (g->last) break;
         }
-        if (value != NULL && g->call) SETREF(value, PyObject_CallNoArgs(value));
-        if (value == NULL) return settle();
-        int same = value == g->expected;
-        Py_DECREF(value);
-        if (!same && g->unless != NULL) {
-            PyObject *unless = g->unless, *answer;
-            Py_INCREF(unless); /* owned across the call into Python */
-            answer = PyObject_CallNoArgs(unless);
-            Py_DECREF(unless);
-            if (answer == NULL) return settle();
-            same = answer == Py_True;
-            Py_DECREF(answer);
-        }
-        if (!same) return STEP_DECLINE;
-        if (g->last) return STEP_OK;
+        return step;
     }
     Py_ssize_t n = PyTuple_Size(guards); /* a tuple (records.c) */
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n && step == STEP_OK; i++) {
         PyObject *guard = PyTuple_GetItem(guards, i);
         Py_ssize_t size = guard != NULL && PyTuple_Check(guard) ? PyTuple_Size(guard) : 0;
         if (size != 3 && size != 4) return settle();
         int call = PyObject_IsTrue(PyTuple_GetItem(guard, 1));
         if (call < 0) return settle();
-        PyObject *name = PyTuple_GetItem(guard, 0), *value;
-        if (PyUnicode_Check(name)) {
-            value = PyObject_GetAttr(c->args[1], name);
-        } else {
-            value = name;
-            Py_INCREF(value);
-        }
-        if (value != NULL && call) SETREF(value, PyObject_CallNoArgs(value));
-        if (value == NULL) return settle();
-        int same = value == PyTuple_GetItem(guard, 2);
-        Py_DECREF(value);
-        if (!same && size == 4) { /* its second chance, asked only where the first answer fails: unless() is True */
-            PyObject *unless = PyTuple_GetItem(guard, 3), *answer;
-            Py_INCREF(unless); /* owned across the call into Python */
-            answer = PyObject_CallNoArgs(unless);
-            Py_DECREF(unless);
-            if (answer == NULL) return settle();
-            same = answer == Py_True;
-            Py_DECREF(answer);
-        }
-        if (!same) return STEP_DECLINE;
+        PyObject *name = PyTuple_GetItem(guard, 0);
+        step = guard_holds(c, PyUnicode_Check(name), name, call, PyTuple_GetItem(guard, 2),
+                           size == 4 ? PyTuple_GetItem(guard, 3) : NULL);
     }
-    return STEP_OK;
+    return step;
 }
 
 /* What is exported: x, its alias (x.detach()), or x.view(d) for a dtype the framework cannot export; for
