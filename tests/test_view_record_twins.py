@@ -38,7 +38,7 @@ def _record_of(view: object) -> tuple[int, str, object]:
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_the_compiled_record_is_the_python_record(shape) -> None:
     python, compiled = _finishes()
-    view = torch.zeros(shape, dtype=torch.uint8)
+    view = torch.zeros(shape, dtype=torch.uint8, device="cpu")
     assert python(view) is view
     made_by_python = _record_of(view)
     del _logical._entries[id(view)]
@@ -51,7 +51,7 @@ def test_the_compiled_record_is_the_python_record(shape) -> None:
 def test_the_fingerprint_is_dense_c_order_in_elements() -> None:
     # (the route replays dense C-order capsules only: the memory the capsule reader describes for them)
     python, compiled = _finishes()
-    view = torch.zeros((3, 4), dtype=torch.uint8)
+    view = torch.zeros((3, 4), dtype=torch.uint8, device="cpu")
     python(view)
     expected = _record_of(view)
     compiled(view)
@@ -98,13 +98,13 @@ def test_an_error_reading_the_view_propagates_from_both(error) -> None:
 def test_dead_records_are_swept_by_the_compiled_record_too() -> None:
     _, compiled = _finishes()
     _logical._sweep(full=True)
-    dead_view = torch.zeros(3, dtype=torch.uint8)
+    dead_view = torch.zeros(3, dtype=torch.uint8, device="cpu")
     compiled(dead_view)
     dead_key = id(dead_view)
     del dead_view
     gc.collect()
     assert _logical._dead, "the view's weak reference callback did not run"
-    alive = torch.zeros(2, dtype=torch.uint8)
+    alive = torch.zeros(2, dtype=torch.uint8, device="cpu")
     compiled(alive)  # the next record sweeps the dead one first
     assert not _logical._dead
     assert dead_key not in _logical._entries or _logical._entries[dead_key]() is not None
