@@ -251,13 +251,20 @@ def _memory() -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
 
 
-def _peak_growth(call: object) -> tuple[int, int]:
-    """(peak resident growth, tracemalloc peak) in bytes while ``call()`` runs."""
+def _peak_growth(call: object, trace: bool = True) -> tuple[int, int]:
+    """(peak resident growth, tracemalloc peak) in bytes while ``call()`` runs; ``trace=False``: resident
+    growth only (0 traced). A conversion into JAX must not run traced: JAX frees an imported NumPy buffer
+    on a worker thread, whose deleter takes the GIL while tracemalloc may be stopping: a race in
+    CPython's tracemalloc that crashes the process (python/cpython#128679, fixed upstream by
+    python/cpython#128893; Python 3.11 has it)."""
     import tracemalloc
 
     with open("/proc/self/clear_refs", "w", encoding="ascii") as reset:  # the peak starts at the current size
         reset.write("5")
     before, _ = _memory()
+    if not trace:
+        call()  # type: ignore[operator]
+        return _memory()[1] - before, 0
     tracemalloc.start()
     try:
         call()  # type: ignore[operator]
@@ -329,14 +336,24 @@ def test_a_copy_the_producer_makes_is_the_one_copy_true_asks_for() -> None:
         assert record.error is None and not record.copy and not record.shares, (label, str(record))
         assert not any("copy=True" in step for step in record.steps), (label, str(record))
         dlbridge.convert(src, target, **options)  # imports and first-call caches, outside the measure
-        held: list[object] = []
-        rss, _ = _peak_growth(lambda h=held, s=src, t=target, o=options: h.append(dlbridge.convert(s, t, **o)))
+        rss = _conversion_peak(src, target, options)
+        # The process's own threads (the frameworks' pools) may touch memory while one conversion runs, on a
+        # busy machine: a second copy shows in every measure, such noise not in the smallest of three.
+        if rss > size * 3 // 2:
+            rss = min(rss, _conversion_peak(src, target, options), _conversion_peak(src, target, options))
         # JAX copies a CPU buffer that is not 64-byte aligned on import (its own copy, which dlbridge
         # allows with copy=None): only the other consumers' peaks are one copy exactly.
         if target != "jax" and rss > size * 3 // 2:
             twice.append(f"{label}: the conversion grew the peak by {rss // MIB} MiB for a {size // MIB} MiB source")
-        held.clear()  # the result freed before the next case
     assert not twice, "\n".join(twice)
+
+
+def _conversion_peak(src: object, target: str, options: dict[str, object]) -> int:
+    """The peak resident growth of one conversion, its result freed before this returns."""
+    held: list[object] = []
+    rss, _ = _peak_growth(lambda: held.append(dlbridge.convert(src, target, **options)), trace=False)
+    held.clear()
+    return rss
 
 
 def test_a_move_then_refused_is_the_records_error() -> None:
