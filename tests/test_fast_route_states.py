@@ -183,6 +183,8 @@ NUMPY_STATES: dict[str, Callable[[], Any]] = {
     "0-d": lambda: np.float32(3.0) * np.ones((), np.float32),
     "ndim32": lambda: _a().reshape(-1)[:1].reshape((1,) * 32),
     "broadcast": lambda: np.broadcast_to(_a()[:1], (5, 6)),
+    "object": lambda: np.array([1, "a", None], dtype=object),  # NumPy's own __dlpack__ raises (BufferError)
+    "datetime": lambda: np.array([0, 1, 2], dtype="datetime64[s]"),
 }
 
 
@@ -199,6 +201,8 @@ def test_numpy_state(state: str, to: str) -> None:
         assert expected[0] == "error"
     if state == "misaligned" and to == "jax":
         assert expected[0] == "ok"  # copied, with the right values
+    if state == "object":
+        assert expected[0] == "error"  # the export's own refusal, asked once (not a bound-method call's)
 
 
 def _odd_numpy() -> dict[str, Callable[[], Any]]:

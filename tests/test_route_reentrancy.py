@@ -61,9 +61,9 @@ def _relearn() -> None:
     # Freed records' memory is handed to the next objects of their size: look-alikes of the torch
     # Producer with its guards removed, and tuples of its fields of every size.
     api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
-    _junk.extend(_route.Producer(kind=1, handle=api, guards=(), alias="detach") for _ in range(64))
+    _junk.extend(_route.Producer(kind=1, handle=api, guards=(), alias="data") for _ in range(64))
     for size in range(1, 9):
-        _junk.extend((1, api, (), "detach", None, None, None, None)[:size] for _ in range(64))
+        _junk.extend((1, api, (), "data", None, None, None, None)[:size] for _ in range(64))
     _junk.extend(lambda x: x for _ in range(64))
 
 
@@ -363,7 +363,7 @@ def _records() -> dict[str, tuple[Any, dict[str, Any]]]:
         "caps_guard": (int, "real", True), "caps": "caps", "decide": len, "self_type": int, "self_import": str, "self_dtypes": [],
         "stream_query": (abs, "real"), "deferred": True,
     }  # fmt: skip
-    producer = {"kind": 2, "handle": len, "guards": (("is_cpu", False, True),), "alias": "detach", "relabels": {1: 2},
+    producer = {"kind": 2, "handle": len, "guards": (("is_cpu", False, True),), "alias": "data", "relabels": {1: 2},
                 "gpu_guards": (("is_cuda", False, True),), "device_method": "get_device", "device_type": 2, "gpu_kind": 1,
                 "current_device": abs, "readonly": True}  # fmt: skip
     replay = {"record": _record(), "finish": abs}

@@ -38,7 +38,7 @@ class FastRoute(_Base):
         its capsule), 2 ``handle(x)``, 3 ``x.__dlpack__()`` without ``max_version`` (before DLPack 1.0).
         Each guard ``(attribute, call, expected)`` must give ``expected`` (by identity), else the
         pipeline converts ``x``, unless its optional fourth item ``unless()`` is True (asked only then);
-        ``alias`` names a method whose result is exported instead of ``x``;
+        ``alias`` names an attribute whose value is exported instead of ``x``;
         ``relabel`` maps ``x.dtype`` to ``(d, triple)``: export ``x.view(d)`` and write dtype
         ``code | bits << 8 | lanes << 16`` into its capsule (dtypes the framework holds but cannot
         export). None: arrays of ``cls`` always take the pipeline. Where the framework's rows say its

@@ -26,7 +26,7 @@ class GpuExport(NamedTuple):
     device_method: str  # x.<device_method>() says where x is: (type, id), or the id of ...
     device_type: int  # ... this device type (0: the method gives the type too)
     kind: int  # 1: the DLPack C exchange API (no synchronisation), 0: __dlpack__(stream=, max_version=), 3: without max_version
-    alias: str | None = None  # a method whose result is exported instead of x (where there is no CPU entry)
+    alias: str | None = None  # an attribute whose value is exported instead of x (where there is no CPU entry)
     current_device: Any = None  # current_device() -> id where the producer's handshake needs x's device current
     relabels: Any = None  # dtype -> (None, triple): its capsule labels the dtype wrongly; the route writes triple
 

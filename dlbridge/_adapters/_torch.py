@@ -112,8 +112,8 @@ class TorchAdapter(FastRoute, Adapter):
             return export_capsule(obj, stream=stream, max_version=max_version)  # torch refuses it
         # torch's capsule keeps the exported tensor alive, not its storage: a later x.set_(...) on the
         # caller's tensor would free memory the importer still reads (probe 2026-11-23, torch 2.13:
-        # np.from_dlpack(x) then x.set_(y) gives garbage). A detached alias holds the storage itself.
-        return export_capsule(obj.detach(), stream=stream, max_version=max_version)
+        # np.from_dlpack(x) then x.set_(y) gives garbage). x.data holds it: detach() minus the dispatcher.
+        return export_capsule(obj.data, stream=stream, max_version=max_version)
 
     def fast_export(self, cls: type) -> FastExport | None:
         torch = self.mod
@@ -126,8 +126,8 @@ class TorchAdapter(FastRoute, Adapter):
         # export (the route's GPU half exports it once, with the consumer's stream: fast_gpu_export).
         guards = (("is_cpu", False, True), *self._state_guards)
         api = getattr(cls, "__dlpack_c_exchange_api__", None)
-        # detach(): an alias that holds the storage itself (see export).
-        return (1, api, guards, "detach", None) if is_exchange_api(api) else (0, None, guards, "detach", None)
+        # x.data: an alias that holds the storage itself (see export).
+        return (1, api, guards, "data", None) if is_exchange_api(api) else (0, None, guards, "data", None)
 
     def fast_gpu_export(self, cls: type) -> GpuExport | None:
         # The exchange API exports without synchronising (dlpack.h): the route uses it where torch's
@@ -140,7 +140,7 @@ class TorchAdapter(FastRoute, Adapter):
         guards = (("is_cuda", False, True), *self._state_guards, ("is_contiguous", True, True))
         kind = 1 if is_exchange_api(getattr(cls, "__dlpack_c_exchange_api__", None)) else 0
         cuda = self.mod.cuda  # its handshake (__dlpack__(stream=)) refuses tensors off the current device
-        return GpuExport(guards, "get_device", 10 if self.mod.version.hip else 2, kind, "detach", cuda.current_device)
+        return GpuExport(guards, "get_device", 10 if self.mod.version.hip else 2, kind, "data", cuda.current_device)
 
     def fast_stream_query(self) -> Any:
         return self._stream_api  # current_work_stream, where torch has CUDA
@@ -148,10 +148,10 @@ class TorchAdapter(FastRoute, Adapter):
     @cached_property
     def _state_guards(self) -> tuple[tuple[Any, ...], ...]:
         """The tensor states torch's export refuses or would export wrongly, as route guards; and an active
-        TorchFunctionMode, which the exchange API's export would bypass (torch's Python __dlpack__ and
-        detach() dispatch to it: torch/_tensor.py), unless all are torch's default-device mode: the
-        ``DeviceContext`` that ``set_default_device`` and ``with torch.device(...)`` push only adds
-        ``device=`` to factory functions (torch/utils/_device.py, torch 2.13), which these calls are not."""
+        TorchFunctionMode, which the exchange API's export would bypass (torch's Python __dlpack__ and x.data
+        dispatch to it), unless all are torch's default-device mode: the ``DeviceContext`` that
+        ``set_default_device`` and ``with torch.device(...)`` push only adds ``device=`` to factory functions
+        (torch/utils/_device.py, torch 2.13), which these calls are not."""
         guards: tuple[tuple[Any, ...], ...] = (("requires_grad", False, False), ("is_conj", True, False),
                                                ("is_neg", True, False), ("layout", False, self.mod.strided))  # fmt: skip
         c = self.mod._C

@@ -90,7 +90,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *handle;         /* the exchange API capsule, or the export function */
     PyObject *guards;         /* tuple of (attribute, call, expected): CPU memory; None: never on the CPU half */
-    PyObject *alias;          /* a method name whose result is exported instead of x, or None */
+    PyObject *alias;          /* an attribute name whose value is exported instead of x, or None */
     PyObject *relabels;       /* dict: dtype -> (view dtype, triple), or None */
     PyObject *gpu_guards;     /* tuple: the GPU half's guards; None: no GPU half */
     PyObject *device_method;  /* x.<device_method>() says where x is (a str), or None */
@@ -102,6 +102,8 @@ typedef struct {
     /* (C only, set on first use: steps.c's method_of) the type whose __dlpack__ was looked up, and that
      * method as its own class defines it where getattr(x, "__dlpack__") is always it bound to x (else None) */
     PyObject *method_type, *method;
+    /* (C only, with method) its C function where it takes METH_FASTCALL | METH_KEYWORDS, else NULL */
+    void *fastcall;
     /* (C only, made with the record) its guards and gpu_guards read once, each where every guard is a tuple
      * (attribute or object, True or False, expected[, unless]); NULL: check_guards reads the tuple itself */
     struct Guard *checks, *gpu_checks;
@@ -148,6 +150,8 @@ extern PyObject *g_readonly;      /* tuple of the readonly= names ("keep", "drop
 extern PyObject *g_not_given;     /* the NOT_GIVEN sentinel */
 extern PyObject *g_get_default;   /* get_default_fallback(): when the cell is None */
 extern PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
+extern PyObject *g_versioned_names; /* ("max_version",): g_versioned_kw's keys, for a vector call */
+extern PyObject *g_version;       /* (1, 3): g_versioned_kw's value */
 extern PyObject *g_empty;         /* () */
 extern PyObject *g_dunder;        /* "__dlpack__" */
 extern PyObject *g_stream;        /* "stream" */

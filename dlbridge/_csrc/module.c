@@ -27,6 +27,8 @@ PyObject *g_readonly;      /* tuple of the readonly= names ("keep", "drop"), ind
 PyObject *g_not_given;     /* the NOT_GIVEN sentinel */
 PyObject *g_get_default;   /* get_default_fallback(): when the cell is None */
 PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
+PyObject *g_versioned_names; /* ("max_version",) */
+PyObject *g_version;       /* (1, 3) */
 PyObject *g_empty;         /* () */
 PyObject *g_dunder;        /* "__dlpack__" */
 PyObject *g_stream;        /* "stream" */
@@ -115,11 +117,16 @@ PyMODINIT_FUNC PyInit__accel(void) {
     if (g_dtype == NULL || g_view == NULL) return NULL;
     g_cpu = Py_BuildValue("(ii)", 1, 0);
     PyObject *version = Py_BuildValue("(ii)", 1, 3);
+    g_version = Py_XNewRef(version);
+    /* interned: a producer's keyword parser compares names by identity first (NumPy's npy_parse_arguments) */
+    PyObject *name = PyUnicode_InternFromString("max_version");
+    g_versioned_names = name != NULL ? PyTuple_Pack(1, name) : NULL;
+    Py_XDECREF(name);
     g_versioned_kw = PyDict_New();
     if (g_carrier_type == NULL || g_empty == NULL || g_dunder == NULL || g_cpu == NULL || version == NULL ||
-        g_stream == NULL || g_deferred_type == NULL || g_declined == NULL ||
+        g_stream == NULL || g_deferred_type == NULL || g_declined == NULL || g_versioned_names == NULL ||
         PyModule_AddObjectRef(m, "Deferred", g_deferred_type) < 0 || PyModule_AddObjectRef(m, "Declined", g_declined) < 0 ||
-        g_versioned_kw == NULL || PyDict_SetItemString(g_versioned_kw, "max_version", version) < 0 ||
+        g_versioned_kw == NULL || PyDict_SetItem(g_versioned_kw, PyTuple_GetItem(g_versioned_names, 0), version) < 0 ||
         PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0 || add_layout(m) < 0 ||
         PyModule_AddObjectRef(m, "Carrier", g_carrier_type) < 0) {
         Py_XDECREF(version);

@@ -90,6 +90,7 @@ static void producer_dealloc(PyObject *o) {
     p->checks = p->gpu_checks = NULL;
     Py_CLEAR(p->method_type);
     Py_CLEAR(p->method);
+    p->fastcall = NULL;
     release(o, producer_members);
 }
 static void replay_dealloc(PyObject *o) { release(o, replay_members); }

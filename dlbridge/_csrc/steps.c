@@ -86,7 +86,7 @@ int check_guards(Call *c, PyObject *guards) {
     return step;
 }
 
-/* What is exported: x, its alias (x.detach()), or x.view(d) for a dtype the framework cannot export; for
+/* What is exported: x, its alias (x.<alias>: torch's x.data), or x.view(d) for a dtype the framework cannot export; for
  * a relabelled dtype *forced is the dtype triple its capsule gets (its export labels it wrongly, or it is
  * the view's). A new reference, or NULL with an error. */
 PyObject *export_source(Call *c, long long *forced) {
@@ -105,7 +105,7 @@ PyObject *export_source(Call *c, long long *forced) {
         }
         if (PyErr_Occurred()) return NULL;
     }
-    if (alias != Py_None) return PyObject_CallMethodObjArgs(x, alias, NULL);
+    if (alias != Py_None) return PyObject_GetAttr(x, alias);
     Py_INCREF(x);
     return x;
 }
@@ -168,22 +168,56 @@ static PyObject *own_method(PyObject *type) {
     return method;
 }
 
+/* The C function of `method` (own_method()'s) where it takes METH_FASTCALL | METH_KEYWORDS, read from its
+ * binding to `source` (a builtin method of the same method definition); NULL where not so, or with an error. */
+static void *fastcall_of(PyObject *source) {
+    PyObject *bound = PyObject_GetAttr(source, g_dunder);
+    void *function = NULL;
+    if (bound != NULL && PyCFunction_Check(bound) && PyCFunction_GetSelf(bound) == source &&
+        PyCFunction_GetFlags(bound) == (METH_FASTCALL | METH_KEYWORDS))
+        function = (void *)PyCFunction_GetFunction(bound);
+    Py_XDECREF(bound);
+    return function;
+}
+
+typedef PyObject *(*FastWithKeywords)(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+
+/* The class's own method called as CPython's method descriptor calls it (methodobject.c's
+ * cfunction_vectorcall_FASTCALL_KEYWORDS): the recursion check, the C function with the keyword names,
+ * and a result without an error turned into one (as _Py_CheckFunctionResult does). */
+static PyObject *call_fast(void *function, PyObject *source, int versioned) {
+    PyObject *args[1] = {g_version};
+    if (Py_EnterRecursiveCall(" while calling a Python object")) return NULL;
+    PyObject *capsule = ((FastWithKeywords)function)(source, args, 0, versioned ? g_versioned_names : NULL);
+    Py_LeaveRecursiveCall();
+    if (capsule == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "__dlpack__ returned NULL without setting an exception");
+    return capsule;
+}
+
 /* x.__dlpack__(**kwargs) for the Producer's EXPORT_METHOD kinds: through the class's own method where
- * own_method() found one for x's exact type (remembered in the Producer the first time), else getattr. */
-static PyObject *call_dunder(Call *c, PyObject *source, PyObject *kwargs) {
+ * own_method() found one for x's exact type (remembered in the Producer the first time), its C function
+ * called directly where it takes keywords by vector (NumPy's), else getattr. */
+static PyObject *call_dunder(Call *c, PyObject *source, int versioned) {
     ProducerRecord *p = c->producer;
-    PyObject *type = (PyObject *)Py_TYPE(source);
+    PyObject *type = (PyObject *)Py_TYPE(source), *kwargs = versioned ? g_versioned_kw : NULL;
     if (p->method_type == NULL) {
         PyObject *method = own_method(type);
-        if (method == NULL && settle() == STEP_ERROR) return NULL; /* (an Exception: getattr, looked up next time) */
+        void *function = method != NULL && method != Py_None ? fastcall_of(source) : NULL;
+        if ((method == NULL || PyErr_Occurred()) && settle() == STEP_ERROR) { /* (an Exception: getattr) */
+            Py_XDECREF(method);
+            return NULL;
+        }
         if (method != NULL && p->method_type == NULL) { /* (not set meanwhile by a call the lookup ran) */
             Py_INCREF(type);
             p->method_type = type;
             p->method = method;
+            p->fastcall = function;
         } else {
             Py_XDECREF(method);
         }
     }
+    if (p->method_type == type && p->fastcall != NULL) return call_fast(p->fastcall, source, versioned);
     if (p->method_type == type && p->method != Py_None) {
         PyObject *method = p->method, *args = PyTuple_Pack(1, source), *capsule = NULL;
         Py_INCREF(method); /* owned across the call into Python */
@@ -206,7 +240,7 @@ static int export_tensor(Call *c, PyObject *source) {
         c->capsule = PyObject_CallFunctionObjArgs(c->producer->handle, source, NULL);
     } else {
         int ask_versioned = want_versioned && kind != EXPORT_METHOD_LEGACY; /* a producer before DLPack 1.0 */
-        c->capsule = call_dunder(c, source, ask_versioned ? g_versioned_kw : NULL);
+        c->capsule = call_dunder(c, source, ask_versioned);
     }
     return c->capsule != NULL ? STEP_OK : export_failed(c);
 }

@@ -72,7 +72,7 @@ def _source(producer: Any, x: Any) -> tuple[Any, int | None]:
     relabel = producer.relabels.get(x.dtype) if producer.relabels else None
     if relabel is not None and relabel[0] is not None:
         return x.view(relabel[0]), relabel[1]
-    return (x if producer.alias is None else getattr(x, producer.alias)()), None if relabel is None else relabel[1]
+    return (x if producer.alias is None else getattr(x, producer.alias)), None if relabel is None else relabel[1]
 
 
 def _dlpack(source: Any, stream: Any, versioned: bool) -> Any:

@@ -49,7 +49,7 @@ class _PyProducer:
     kind: int = EXPORT_METHOD  # EXPORT_*: how CPU arrays are exported
     handle: Any = None  # the exchange API capsule, or the export function
     guards: tuple[tuple[Any, ...], ...] | None = ()  # (attribute, call, expected[, unless]): CPU memory; None: never
-    alias: str | None = None  # a method whose result is exported instead of x
+    alias: str | None = None  # an attribute whose value is exported instead of x
     relabels: dict[Any, tuple[Any, int]] | None = None  # dtype -> (view dtype, triple its capsule gets)
     gpu_guards: tuple[tuple[Any, ...], ...] | None = None  # the GPU half's guards; None: no GPU half
     device_method: str | None = None  # x.<device_method>() says where x is: (type, id), or the id ...

@@ -273,7 +273,7 @@ def _export(state: Any, producer: Any, x: Any) -> Any:
     (``_csrc/capsules.c``), and through ctypes the exchange API is no faster than ``__dlpack__``."""
     kind, alias, relabels = producer.kind, producer.alias, producer.relabels
     relabel = relabels.get(x.dtype) if relabels else None
-    source = x if alias is None else getattr(x, alias)()
+    source = x if alias is None else getattr(x, alias)
     if relabel is not None:  # a dtype the framework holds but cannot export
         source = x.view(relabel[0])
     try:

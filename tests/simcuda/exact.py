@@ -3,7 +3,7 @@
 The fast route replays only a framework's own array type, never a subclass (which may override
 ``__dlpack__``), so the subclass in :mod:`tests.simcuda.producers` cannot reach it. Here the
 tensors are of exactly ``torch.Tensor``: :func:`install` patches the class's ``is_cuda``,
-``is_cpu``, ``device``, ``get_device``, ``__dlpack_device__``, ``__dlpack__`` and ``detach`` so
+``is_cpu``, ``device``, ``get_device``, ``__dlpack_device__``, ``__dlpack__``, ``detach`` and ``data`` so
 that a *registered* tensor answers as on ``cuda:<index>`` (with the upstream ``__dlpack__`` of
 :func:`tests.simcuda.producers.cuda_dlpack`), and every other tensor as before. Patched for one
 test (``monkeypatch``), in the child process the simulated tests run in.
@@ -50,7 +50,7 @@ def install(monkeypatch: Any) -> None:
     import torch
 
     tensor = torch.Tensor
-    base = {name: getattr(tensor, name) for name in ("is_cuda", "is_cpu", "device", "get_device", "detach")}
+    base = {name: getattr(tensor, name) for name in ("is_cuda", "is_cpu", "device", "get_device", "detach", "data")}
     cpu_dlpack, cpu_device = tensor.__dlpack__, tensor.__dlpack_device__
 
     def prop(name: str, cuda: Any) -> Any:
@@ -76,6 +76,11 @@ def install(monkeypatch: Any) -> None:
         index = _index(self)
         return out if index is None else _register(out, index)
 
+    def data(self: Any) -> Any:  # the alias torch's exports are made of (dlbridge/_adapters/_torch.py)
+        out = base["data"].__get__(self)
+        index = _index(self)
+        return out if index is None else _register(out, index)
+
     def get_device(self: Any) -> int:
         index = _index(self)
         return base["get_device"](self) if index is None else index
@@ -87,6 +92,7 @@ def install(monkeypatch: Any) -> None:
         "__dlpack__": dlpack,
         "__dlpack_device__": dlpack_device,
         "detach": detach,
+        "data": property(data, base["data"].__set__),
         "get_device": get_device,
     }.items():
         monkeypatch.setattr(tensor, name, value)
