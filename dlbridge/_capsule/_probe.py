@@ -58,6 +58,7 @@ def _fields_layout_ok() -> bool:
 _DIRECT_FIELDS = _fields_layout_ok()
 _Versioned19 = ctypes.c_char * (len(VERSIONED) + 1)
 _Legacy9 = ctypes.c_char * (len(LEGACY) + 1)
+_VERSIONED_Z, _LEGACY_Z = VERSIONED + b"\0", LEGACY + b"\0"  # the names with their terminating NUL
 _u32 = ctypes.c_uint32
 _C_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
 
@@ -67,9 +68,9 @@ def _name_and_address(capsule: object) -> tuple[bytes, int] | None:
         address, name_at = _CAPSULE_FIELDS.unpack_from(_CapsuleFields.from_address(id(capsule) + _FIELDS_AT))
         if not name_at or not address:
             return None
-        if _Versioned19.from_address(name_at).raw == VERSIONED + b"\0":
+        if _Versioned19.from_address(name_at).raw == _VERSIONED_Z:
             return VERSIONED, address
-        if _Legacy9.from_address(name_at).raw == LEGACY + b"\0":
+        if _Legacy9.from_address(name_at).raw == _LEGACY_Z:
             return LEGACY, address
         return None
     found = _get_name(capsule)
@@ -132,7 +133,11 @@ def _probe_py(capsule: object) -> Facts | None:
         versioned, major, minor, flags = False, 0, 0, 0
     if not 0 <= ndim <= MAX_NDIM or (ndim and not shape_at):
         return None
-    if ndim:
+    if ndim and strides_at == shape_at + 8 * ndim:  # strides right after shape (NumPy's, torch's): one read
+        unpack, raw = int64s(2 * ndim)
+        both = unpack(raw.from_address(shape_at))
+        shape, strides = both[:ndim], both[ndim:]
+    elif ndim:
         unpack, raw = int64s(ndim)
         shape = unpack(raw.from_address(shape_at))
         strides = unpack(raw.from_address(strides_at)) if strides_at else None
