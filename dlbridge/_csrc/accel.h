@@ -99,7 +99,7 @@ typedef struct {
     int device_type;          /* the device type device_method's id is of; 0: it gives (type, id) */
     int gpu_kind;             /* EXPORT_EXCHANGE (no sync: equal streams only) or EXPORT_METHOD (stream=) */
     char readonly;            /* its arrays are read-only whatever their capsules say (JAX): READ_ONLY ORed in */
-    /* (C only, set on first use: steps.c's method_of) the type whose __dlpack__ was looked up, and that
+    /* (C only, set on first use: steps.c's call_dunder) the type whose __dlpack__ was looked up, and that
      * method as its own class defines it where getattr(x, "__dlpack__") is always it bound to x (else None) */
     PyObject *method_type, *method;
     /* (C only, with method) its C function where it takes METH_FASTCALL | METH_KEYWORDS, else NULL */

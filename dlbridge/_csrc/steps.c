@@ -86,9 +86,9 @@ int check_guards(Call *c, PyObject *guards) {
     return step;
 }
 
-/* What is exported: x, its alias (x.<alias>: torch's x.data), or x.view(d) for a dtype the framework cannot export; for
- * a relabelled dtype *forced is the dtype triple its capsule gets (its export labels it wrongly, or it is
- * the view's). A new reference, or NULL with an error. */
+/* What is exported: x, its alias (x.<alias>: torch's x.data), or x.view(d) for a dtype the framework cannot
+ * export; for a relabelled dtype *forced is the dtype triple its capsule gets (its export labels it wrongly,
+ * or it is the view's). A new reference, or NULL with an error. */
 PyObject *export_source(Call *c, long long *forced) {
     PyObject *x = c->args[1], *relabels = c->producer->relabels, *alias = c->producer->alias;
     if (relabels != Py_None && PyDict_Size(relabels) > 0) { /* a dict or None (records.c) */
