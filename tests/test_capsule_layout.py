@@ -1,5 +1,5 @@
 """The capsule layer's two declarations and one reader: the DLPack struct layout (``_capsule/_layout.py``
-against the compiled ``accel.h``), the layout class the reader gives (``_probe._layout`` against
+against the compiled ``accel.h``), the layout class the reader gives (``_probe._probe_py`` against
 ``capsules.c``'s ``layout_class``, and against what ``read`` judges), and the admission a stored route
 replays a record for (``_handoff.Admission``): every capsule it admits gets the same record from ``decide``.
 """
@@ -155,3 +155,22 @@ def test_the_admission_check_can_fail() -> None:
     readonly = decide(_info("float32", versioned=True, readonly=True), target, torch_caps, "raise", None, None)
     assert writable.admits is not None and not writable.admits.readonly_ok
     assert not _same_action(writable, readonly)
+
+
+def test_the_python_reader_reads_through_its_address_space_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python reader reads foreign memory through one buffer over the address space (``_address_space``):
+    the fields it gives are the compiled reader's; where that buffer does not reach a capsule (as an empty one
+    stands in where none can be made), the capsule is left to ``read``, which says so rather than misreading it."""
+    from dlbridge._capsule import _read
+
+    p = _case(shape=(2, 3), strides=None)
+    facts = _probe._probe_py(p.__dlpack__(max_version=(1, 3)))
+    assert facts is not None and facts[_probe.SHAPE_AT] == (2, 3) and facts[_probe.LAYOUT_AT] == _probe.DENSE
+    if ACCEL is not None:
+        assert ACCEL.probe(p.__dlpack__(max_version=(1, 3))) == facts
+    monkeypatch.setattr(_probe, "_MEMORY", memoryview(b""))
+    monkeypatch.setattr(_read, "probe", _probe._probe_py)
+    for capsule in (p.__dlpack__(max_version=(1, 3)), p.__dlpack__()):
+        assert _probe._probe_py(capsule) is None
+        with pytest.raises(dlbridge.CapsuleError, match="outside what the Python capsule reader can address"):
+            read(capsule)

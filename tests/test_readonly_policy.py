@@ -237,3 +237,27 @@ def test_a_jax_capsule_into_a_consumer_row_without_read_only_arrays(consumer: st
     assert drop.error is None and drop.shares and drop.drop_readonly and drop.shared_readonly
     copied = decide(info, target, caps, "raise", None, True, source=jax)
     assert copied.error is None and not copied.shares and copied.copy
+
+
+def test_read_only_memory_into_a_consumer_that_copies_every_import_is_replayed_warm() -> None:
+    """MLX copies every CPU import (its ``copies_imports`` row): read-only memory reaches it with READ_ONLY
+    cleared for that copy, under either ``readonly=``, and the stored route replays it (was: the pipeline on
+    every call). The result is MLX's own memory holding the values; the source is untouched."""
+    need("mlx")
+    from dlbridge._adapters import ADAPTERS
+
+    mlx = ADAPTERS["mlx"]
+    x = _jax_array()
+    expected = np.arange(16, dtype=np.float32)
+    for readonly in ("keep", "drop"):
+        dlbridge.to_mlx(x, readonly=readonly)  # the first call of its kind decides (the pipeline), the route learns
+        with counting_declines() as slow:
+            for _ in range(3):
+                m = dlbridge.to_mlx(x, readonly=readonly)
+                assert str(m.dtype) == "mlx.core.float32" and mlx.data_ptr(m) != _jax_ptr(x)
+                np.testing.assert_array_equal(np.asarray(m), expected)
+        assert slow["mlx"] == 0, f"readonly={readonly!r}: the route declined {slow['mlx']} of 3 times"
+        assert dlbridge.explain(x, "mlx", readonly=readonly).steps[1] == "READ_ONLY cleared for the copy made right after"
+    replays = [r for r in _route.SPECS["mlx"][0].routes.values() if r is not None and r.clear_readonly]
+    assert replays and all(r.readonly_ok for r in replays)
+    np.testing.assert_array_equal(np.asarray(x), expected)

@@ -155,10 +155,8 @@ class TorchAdapter(FastRoute, Adapter):
         guards: tuple[tuple[Any, ...], ...] = (("requires_grad", False, False), ("is_conj", True, False),
                                                ("is_neg", True, False), ("layout", False, self.mod.strided))  # fmt: skip
         c = self.mod._C
-        mode, length, at = (
-            getattr(c, f"_{n}", None)
-            for n in ("is_torch_function_mode_enabled", "len_torch_function_stack", "get_function_stack_at")
-        )
+        names = ("is_torch_function_mode_enabled", "len_torch_function_stack", "get_function_stack_at")
+        mode, length, at = (getattr(c, f"_{n}", None) for n in names)
         try:
             device_mode = importlib.import_module("torch.utils._device").DeviceContext
         except (ImportError, AttributeError):
@@ -172,11 +170,12 @@ class TorchAdapter(FastRoute, Adapter):
         return (*guards, (mode, True, False, only_the_device_mode))
 
     def fast_import(self, caps: Capabilities) -> tuple[int, Any, Any] | None:
-        found = super().fast_import(caps)
-        api = getattr(self.mod.Tensor, "__dlpack_c_exchange_api__", None)
-        if found is None or not is_exchange_api(api):
-            return found
-        return (2, self._from_dlpack, api)
+        found, api = super().fast_import(caps), getattr(self.mod.Tensor, "__dlpack_c_exchange_api__", None)
+        if found is None:
+            return None
+        # a capsule: torch.from_dlpack's own last step (torch/utils/dlpack.py), without its Python frame
+        importer = getattr(self.mod._C, "_from_dlpack", None) or found[1]
+        return (2, importer, api) if is_exchange_api(api) else (found[0], importer, None)
 
     def for_type(self, cls: type) -> Adapter:
         fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", None)

@@ -16,8 +16,8 @@ import ctypes
 import struct
 from typing import Any
 
-__all__ = ["DLTensor", "VersionedHeader", "TENSOR_STRUCT", "MANAGED_STRUCT", "LEGACY_STRUCT", "LegacyBytes", "VERSIONED_TENSOR", "VERSIONED_FLAGS",
-           "VERSIONED_DELETER", "TensorBytes", "VersionedBytes", "int64s", "LAYOUT"]  # fmt: skip
+__all__ = ["DLTensor", "VersionedHeader", "TENSOR_STRUCT", "MANAGED_STRUCT", "LEGACY_STRUCT", "VERSIONED_TENSOR",
+           "VERSIONED_FLAGS", "VERSIONED_DELETER", "int64s", "INT64_SIZE", "LAYOUT"]  # fmt: skip
 
 
 class DLTensor(ctypes.Structure):
@@ -65,9 +65,6 @@ VERSIONED_FLAGS: int = VersionedHeader.flags.offset
 VERSIONED_DELETER: int = VersionedHeader.deleter.offset
 # A legacy DLManagedTensor: its DLTensor, then manager_ctx and the deleter.
 LEGACY_STRUCT = struct.Struct("@" + _format(DLTensor) + "PP")
-LegacyBytes = ctypes.c_char * LEGACY_STRUCT.size
-TensorBytes = ctypes.c_char * TENSOR_STRUCT.size
-VersionedBytes = ctypes.c_char * MANAGED_STRUCT.size
 assert TENSOR_STRUCT.size == ctypes.sizeof(DLTensor)
 assert MANAGED_STRUCT.size == VERSIONED_TENSOR + TENSOR_STRUCT.size
 assert LEGACY_STRUCT.size == TENSOR_STRUCT.size + 2 * ctypes.sizeof(ctypes.c_void_p)
@@ -83,15 +80,15 @@ LAYOUT = {
     "DLManagedTensor.deleter": TENSOR_STRUCT.size + ctypes.sizeof(ctypes.c_void_p),
 }  # fmt: skip
 
-# One (unpack, bytes type) per ndim: a ctypes bytes view at the address and one unpack give the int64
-# tuple directly, ~2x cheaper than tuple((c_int64 * n).from_address(p)[:]).
-_INT64S: dict[int, tuple[Any, Any]] = {}
+INT64_SIZE = ctypes.sizeof(ctypes.c_int64)  # a shape or strides entry (int64_t)
+
+# One unpack_from per count of int64 values (shape, strides, or both where they are adjacent).
+_INT64S: dict[int, Any] = {}
 
 
-def int64s(ndim: int) -> tuple[Any, Any]:
-    """(unpack_from, bytes type) reading ``ndim`` int64 values (shape or strides) at an address."""
-    found = _INT64S.get(ndim)
+def int64s(count: int) -> Any:
+    """``unpack_from(buffer, offset)`` reading ``count`` int64 values (shape or strides) as one tuple."""
+    found = _INT64S.get(count)
     if found is None:
-        unpacker = struct.Struct(f"@{ndim}q")
-        found = _INT64S[ndim] = (unpacker.unpack_from, ctypes.c_char * unpacker.size)
+        found = _INT64S[count] = struct.Struct(f"@{count}q").unpack_from
     return found

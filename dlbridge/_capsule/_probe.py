@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from .._accelerator import accel
 from ._abi import LEGACY, MAX_NDIM, SUPPORTED_MAJOR, VERSIONED, CapsuleType, _get_name, _get_pointer, _new_capsule
-from ._layout import LEGACY_STRUCT, MANAGED_STRUCT, LegacyBytes, VersionedBytes, int64s
+from ._layout import _INT64S, LEGACY_STRUCT, MANAGED_STRUCT, int64s
+from ._layout import INT64_SIZE as _INT64
 
 __all__ = ["probe", "Facts", "OTHER", "DENSE", "EMPTY", "VERSIONED_AT", "FLAGS_AT", "DATA_AT", "DEVICE_AT",
            "NDIM_AT", "CODE_AT", "SHAPE_AT", "STRIDES_AT", "OFFSET_AT", "LAYOUT_AT",
@@ -34,21 +36,35 @@ SHAPE_AT, STRIDES_AT, OFFSET_AT, LAYOUT_AT, DELETER_AT = 11, 12, 13, 14, 15
 OTHER, DENSE, EMPTY = 0, 1, 2  # layout classes (capsules.c: LAYOUT_OTHER, LAYOUT_DENSE, LAYOUT_EMPTY)
 
 # The pure-Python probe reads a capsule's pointer and name straight from the object (PyCapsule's
-# layout: the object header, then pointer, name), three times cheaper than two ctypes calls into
-# the C API; the layout is checked against PyCapsule_GetPointer/GetName on a probe capsule at import,
+# layout: the object header, then pointer, name), cheaper than two ctypes calls into the C API; the layout is checked against PyCapsule_GetPointer/GetName on a probe capsule at import,
 # and where it differs (another interpreter build) the C API is called instead.
 _CAPSULE_FIELDS = struct.Struct("@PP")  # void *pointer; const char *name
-_CapsuleFields = ctypes.c_char * _CAPSULE_FIELDS.size
 _FIELDS_AT = object.__basicsize__  # after the object header
 _PROBE_NAME = b"dlbridge.layout_probe"  # must outlive the probe capsule: module constant
+
+
+def _address_space() -> memoryview:
+    """The process's memory as one buffer whose offsets are addresses: ``Struct.unpack_from(_MEMORY, address)``
+    reads foreign memory in one C call, where a ctypes object made at the address (``from_address``) costs an
+    allocation and a type's machinery each time. Like ``from_address`` it reads whatever is there: only
+    addresses a capsule gives are read. An address past its end (none on a 64-bit system) raises
+    ``struct.error``, and the probe leaves that capsule to ``_read.read``; so does every read where no such
+    buffer can be made (an empty one stands in)."""
+    try:
+        return memoryview((ctypes.c_char * sys.maxsize).from_address(0))
+    except (OverflowError, ValueError, TypeError):
+        return memoryview(b"")
+
+
+_MEMORY = _address_space()
 
 
 def _fields_layout_ok() -> bool:
     capsule = _new_capsule(12345, _PROBE_NAME, None)
     try:
-        pointer, name = _CAPSULE_FIELDS.unpack_from(_CapsuleFields.from_address(id(capsule) + _FIELDS_AT))
+        pointer, name = _CAPSULE_FIELDS.unpack_from(_MEMORY, id(capsule) + _FIELDS_AT)
         size = len(_PROBE_NAME) + 1
-        return pointer == 12345 and bool(name) and (ctypes.c_char * size).from_address(name).raw == _PROBE_NAME + b"\0"
+        return pointer == 12345 and bool(name) and bytes(_MEMORY[name : name + size]) == _PROBE_NAME + b"\0"
     except MemoryError:
         raise
     except Exception:
@@ -56,46 +72,32 @@ def _fields_layout_ok() -> bool:
 
 
 _DIRECT_FIELDS = _fields_layout_ok()
-_Versioned19 = ctypes.c_char * (len(VERSIONED) + 1)
-_Legacy9 = ctypes.c_char * (len(LEGACY) + 1)
 _VERSIONED_Z, _LEGACY_Z = VERSIONED + b"\0", LEGACY + b"\0"  # the names with their terminating NUL
-_u32 = ctypes.c_uint32
+_NAME_HEAD = struct.Struct(f"{len(_LEGACY_Z)}s")  # b"dltensor\0", or b"dltensor_" and then ...
+_NAME_TAIL = struct.Struct(f"{len(_VERSIONED_Z) - len(_LEGACY_Z)}s")  # ... b"versioned\0"
+_VERSIONED_HEAD, _VERSIONED_TAIL = _VERSIONED_Z[: len(_LEGACY_Z)], _VERSIONED_Z[len(_LEGACY_Z) :]
+_MAJOR = struct.Struct("@I")  # DLPackVersion.major, the versioned struct's first field
 _C_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
 
 
-def _name_and_address(capsule: object) -> tuple[bytes, int] | None:
-    if _DIRECT_FIELDS:
-        address, name_at = _CAPSULE_FIELDS.unpack_from(_CapsuleFields.from_address(id(capsule) + _FIELDS_AT))
-        if not name_at or not address:
-            return None
-        if _Versioned19.from_address(name_at).raw == _VERSIONED_Z:
-            return VERSIONED, address
-        if _Legacy9.from_address(name_at).raw == _LEGACY_Z:
-            return LEGACY, address
-        return None
+def _name_and_address(capsule: object) -> tuple[bool, int] | None:
+    """(versioned, address of its managed tensor) through the C API, where the object's fields are not read
+    directly (``_DIRECT_FIELDS``)."""
     found = _get_name(capsule)
     if found != VERSIONED and found != LEGACY:
         return None
     address = _get_pointer(capsule, found)
-    return (found, address) if address else None
+    return (found == VERSIONED, address) if address else None
 
 
-def _layout(data: int, bits: int, lanes: int, shape: tuple[int, ...], strides: tuple[int, ...] | None,
-            byte_offset: int) -> int:  # fmt: skip
-    """The layout class (see the module docstring); the same test as capsules.c's ``layout_class``."""
-    if not bits or not lanes:
-        return OTHER
+def _dense_size(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> int:
+    """The element count where ``shape`` has no negative size and ``strides`` are None or its C strides; else -1."""
     size = 1
     for dim in shape:
         if dim < 0:
-            return OTHER
+            return -1
         size *= dim
-    if strides is not None and strides != _c_strides(shape):
-        return OTHER
-    if not size:
-        return EMPTY
-    span = size * ((bits * lanes + 7) // 8)
-    return DENSE if data and span < 1 << 62 and data + byte_offset + span < 1 << 64 else OTHER
+    return size if strides is None or strides == _c_strides(shape) else -1
 
 
 def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -111,40 +113,88 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return found
 
 
+# The same few shapes pass again and again, and a lookup costs less than checking them each time: shape and
+# strides read in one (adjacent: NumPy's) -> (shape, strides, _dense_size); (shape, strides) -> _dense_size.
+_ADJACENT: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...], int]] = {}
+_SIZES: dict[tuple[tuple[int, ...], tuple[int, ...] | None], int] = {}
+
+
+def _adjacent(both: tuple[int, ...], ndim: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    shape, strides = both[:ndim], both[ndim:]
+    found = _ADJACENT[both] = (shape, strides, _dense_size(shape, strides))
+    if len(_ADJACENT) > 256:
+        _ADJACENT.clear()
+    return found
+
+
 def _probe_py(capsule: object) -> Facts | None:
     """A capsule's raw fields, or None for anything ``read`` must judge (and explain)."""
     if type(capsule) is not CapsuleType:
         return None
-    found = _name_and_address(capsule)
-    if found is None:
+    try:
+        if _DIRECT_FIELDS:
+            address, name_at = _CAPSULE_FIELDS.unpack_from(_MEMORY, id(capsule) + _FIELDS_AT)
+            if not name_at or not address:
+                return None
+            # the name in two reads, the second only where the first found b"dltensor_" (a name at least that long)
+            head = _NAME_HEAD.unpack_from(_MEMORY, name_at)[0]
+            if head == _LEGACY_Z:
+                versioned = False
+            elif (
+                head == _VERSIONED_HEAD
+                and _NAME_TAIL.unpack_from(_MEMORY, name_at + _NAME_HEAD.size)[0] == _VERSIONED_TAIL
+            ):
+                versioned = True
+            else:
+                return None
+        else:
+            found = _name_and_address(capsule)
+            if found is None:
+                return None
+            versioned, address = found
+        return _tensor_facts(versioned, address)
+    except struct.error:  # an address past the address-space buffer (_address_space)
         return None
-    name, address = found
-    if name == VERSIONED:
+
+
+def _tensor_facts(versioned: bool, address: int) -> Facts | None:
+    if versioned:
         # DLPack: a consumer must not read past the version of a major it does not know.
-        if _u32.from_address(address).value != SUPPORTED_MAJOR:
+        if _MAJOR.unpack_from(_MEMORY, address)[0] != SUPPORTED_MAJOR:
             return None
         major, minor, _, deleter, flags, data, device_type, device_id, ndim, code, bits, lanes, shape_at, \
-            strides_at, byte_offset = MANAGED_STRUCT.unpack_from(VersionedBytes.from_address(address))  # fmt: skip
-        versioned = True
+            strides_at, byte_offset = MANAGED_STRUCT.unpack_from(_MEMORY, address)  # fmt: skip
     else:
         data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at, byte_offset, _, deleter = (
-            LEGACY_STRUCT.unpack_from(LegacyBytes.from_address(address))
+            LEGACY_STRUCT.unpack_from(_MEMORY, address)
         )
-        versioned, major, minor, flags = False, 0, 0, 0
+        major, minor, flags = 0, 0, 0
     if not 0 <= ndim <= MAX_NDIM or (ndim and not shape_at):
         return None
-    if ndim and strides_at == shape_at + 8 * ndim:  # strides right after shape (NumPy's, torch's): one read
-        unpack, raw = int64s(2 * ndim)
-        both = unpack(raw.from_address(shape_at))
-        shape, strides = both[:ndim], both[ndim:]
+    strides: tuple[int, ...] | None
+    if ndim and strides_at == shape_at + _INT64 * ndim:  # strides right after shape (NumPy's): one read
+        both = (_INT64S.get(2 * ndim) or int64s(2 * ndim))(_MEMORY, shape_at)
+        shape, strides, size = _ADJACENT.get(both) or _adjacent(both, ndim)
     elif ndim:
-        unpack, raw = int64s(ndim)
-        shape = unpack(raw.from_address(shape_at))
-        strides = unpack(raw.from_address(strides_at)) if strides_at else None
+        unpack = _INT64S.get(ndim) or int64s(ndim)
+        shape = unpack(_MEMORY, shape_at)
+        strides = unpack(_MEMORY, strides_at) if strides_at else None
+        known = _SIZES.get((shape, strides))
+        if known is None:
+            known = _SIZES[shape, strides] = _dense_size(shape, strides)
+            if len(_SIZES) > 256:
+                _SIZES.clear()
+        size = known
     else:
-        shape, strides = (), None
-    data = data or 0
-    layout = _layout(data, bits, lanes, shape, strides, byte_offset)
+        shape, strides, size = (), None, 1
+    # the layout class (the module docstring), as capsules.c's layout_class gives it
+    if size < 0 or not bits or not lanes:
+        layout = OTHER
+    elif not size:
+        layout = EMPTY
+    else:
+        span = size * ((bits * lanes + 7) // 8)
+        layout = DENSE if data and span < 1 << 62 and data + byte_offset + span < 1 << 64 else OTHER
     return (versioned, major, minor, flags, data, device_type, device_id, ndim, code, bits, lanes, shape, strides,
             byte_offset, layout, bool(deleter))  # fmt: skip
 

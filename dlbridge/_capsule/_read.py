@@ -197,10 +197,15 @@ def _diagnose(capsule: object) -> NoReturn:
         if head.major != SUPPORTED_MAJOR:
             _unsupported_major(head.major, head.minor)
         address += VERSIONED_TENSOR
-    ndim = DLTensor.from_address(address).ndim
-    if not 0 <= ndim <= MAX_NDIM:
-        raise CapsuleError(f"DLPack capsule has ndim={ndim}; expected 0..{MAX_NDIM}")
-    raise CapsuleError(f"DLPack capsule has ndim={ndim} but a NULL shape pointer")
+    tensor = DLTensor.from_address(address)
+    if not 0 <= tensor.ndim <= MAX_NDIM:
+        raise CapsuleError(f"DLPack capsule has ndim={tensor.ndim}; expected 0..{MAX_NDIM}")
+    if tensor.ndim and not tensor.shape:
+        raise CapsuleError(f"DLPack capsule has ndim={tensor.ndim} but a NULL shape pointer")
+    raise CapsuleError(  # _probe._address_space: the Python reader's buffer does not reach the capsule's memory
+        f"DLPack capsule's tensor lies at {address:#x}, outside what the Python capsule reader can address "
+        f"(it reads a 64-bit address space); use dlbridge's compiled accelerator on this platform"
+    )
 
 
 def _checked_info(code: int, bits: int, lanes: int, device_type: int, device_id: int, shape: tuple[int, ...],

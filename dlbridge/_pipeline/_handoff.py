@@ -149,12 +149,14 @@ def _import_record(info: DLPackInfo, target: Adapter, caps: Capabilities, plan: 
         copy=copy is True and not caps.copies_imports,  # a consumer that copies every import made it already
     )
     # Replayed: dense C order, nothing made writable or copied after the import, READ_ONLY cleared only as
-    # readonly="drop" asks (the stored route clears it too: Admission.clear_readonly).
-    if strided or record.writable or (drop_readonly and not record.shared_readonly) or record.copy:
+    # readonly="drop" asks or for a consumer that copies every import (the stored route clears it too:
+    # Admission.clear_readonly; copies_imports, not this capsule's alignment: every admitted capsule is copied).
+    clear = record.shared_readonly or (drop_readonly and consumer_copies and caps.copies_imports)
+    if strided or record.writable or (drop_readonly and not clear) or record.copy:
         return record
     if plan.mode not in _REPLAYED or not isinstance(target, FastRoute):  # a consumer without the route's part
         return record
-    return record._replace(admits=_admission(info, target, caps, plan, shared_ro, record.shared_readonly))
+    return record._replace(admits=_admission(info, target, caps, plan, shared_ro, clear))
 
 
 # readonly= inside the pipeline: the array is a copy it made (a device move, a dense copy), nobody else's.

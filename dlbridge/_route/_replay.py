@@ -171,7 +171,7 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any, readonly: Any) -> 
             dtype = x.dtype
             return state.self_import(x) if any(d is dtype for d in state.self_dtypes) else _DECLINED
         guards = producer.guards
-        if guards is not None and guards_hold(guards, x):  # CPU memory (the guards say so)
+        if guards is not None and (not guards or guards_hold(guards, x)):  # CPU memory (the guards say so)
             return _deliver(state, _export(state, producer, x), options, _CPU)
         if producer.gpu_guards is None or not guards_hold(producer.gpu_guards, x):
             return _DECLINED
@@ -204,9 +204,11 @@ def guards_hold(guards: tuple[tuple[Any, ...], ...], x: Any) -> bool:
     answer differs but ``unless()`` is True (asked only then, so the common answer costs no Python
     call). The compiled route checks them the same way (steps.c ``check_guards``)."""
     for guard in guards:
-        name, call, expected = guard[:3]
+        name = guard[0]
         value = getattr(x, name) if type(name) is str else name
-        if (value() if call else value) is not expected and (len(guard) < 4 or guard[3]() is not True):
+        if guard[1]:
+            value = value()
+        if value is not guard[2] and (len(guard) < 4 or guard[3]() is not True):
             return False
     return True
 
@@ -220,7 +222,21 @@ def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int]) ->
     if type(found) is not tuple:
         return found
     triple, replay, saved = found
-    return _import(state, capsule, triple, replay, device, saved)
+    wire, finish = replay.wire, replay.finish
+    if wire != triple:
+        relabel_triple(capsule, wire)
+    try:
+        result = state.importer(Carrier(capsule, device) if state.kind == IMPORT_CARRIER else capsule)
+    except MemoryError:
+        raise
+    except Exception:
+        if saved is not None:  # READ_ONLY cleared by _route_for
+            restore(capsule, saved)
+        if wire != triple:
+            restore_triple(capsule, triple)
+        # refused without taking it (still named as exported): the pipeline decides on it, no second export
+        return _Handover(capsule) if probe(capsule) is not None else _DECLINED
+    return result if finish is None else finish(result)
 
 
 def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) -> Any:
@@ -243,26 +259,25 @@ def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) 
     replay = state.routes.get(key, _DECLINED)
     if replay is _DECLINED:
         replay = state.decide(key)
-    if replay is None or not _admitted(replay, facts, triple, flags):
+    # The admission: whether the capsule is one the stored route's record holds for, compared field by field
+    # (``decide`` made them; nothing is decided here), as the compiled route's ``admitted`` does. ``flags``:
+    # the capsule's, READ_ONLY ORed in where its Producer's arrays are read-only.
+    layout, offset = facts[LAYOUT_AT], facts[OFFSET_AT]
+    if (
+        replay is None
+        or layout == OTHER
+        or triple != replay.triple
+        or not replay.kinds & (2 if facts[VERSIONED_AT] else 1)
+    ):
+        return _Handover(capsule)
+    if where[0] != replay.device_type or where[1] != replay.device_id:
+        return _Handover(capsule)
+    if (flags & 1 and not replay.readonly_ok) or (offset and not replay.offset_ok):
+        return _Handover(capsule)
+    if layout != EMPTY and (facts[DATA_AT] + offset) % replay.align:
         return _Handover(capsule)
     cleared = replay.clear_readonly and facts[FLAGS_AT] & 1  # readonly="drop": a flag to clear
     return triple, replay, rewrite(capsule, None, None, True) if cleared else None
-
-
-def _admitted(replay: Any, facts: Any, triple: int, flags: int) -> bool:
-    """Whether the capsule is one the stored route's record holds for: its admission, compared field by
-    field (``decide`` made them; nothing is decided here). ``flags``: the capsule's, READ_ONLY ORed in
-    where its Producer's arrays are read-only. The compiled route's ``admitted``."""
-    layout = facts[LAYOUT_AT]
-    if layout == OTHER or triple != replay.triple:
-        return False
-    if facts[DEVICE_AT] != replay.device_type or facts[DEVICE_AT + 1] != replay.device_id:
-        return False
-    if not replay.kinds & (2 if facts[VERSIONED_AT] else 1):
-        return False
-    if (flags & 1 and not replay.readonly_ok) or (facts[OFFSET_AT] and not replay.offset_ok):
-        return False
-    return layout == EMPTY or not (facts[DATA_AT] + facts[OFFSET_AT]) % replay.align
 
 
 def _export(state: Any, producer: Any, x: Any) -> Any:
@@ -297,24 +312,6 @@ class _ExportFailed(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__()
         self.error = error
-
-
-def _import(state: Any, capsule: Any, triple: int, replay: Any, device: tuple[int, int], saved: Any) -> Any:
-    wire, finish = replay.wire, replay.finish
-    if wire != triple:
-        relabel_triple(capsule, wire)
-    try:
-        result = state.importer(Carrier(capsule, device) if state.kind == IMPORT_CARRIER else capsule)
-    except MemoryError:
-        raise
-    except Exception:
-        if saved is not None:  # READ_ONLY cleared by _route_for
-            restore(capsule, saved)
-        if wire != triple:
-            restore_triple(capsule, triple)
-        # refused without taking it (still named as exported): the pipeline decides on it, no second export
-        return _Handover(capsule) if probe(capsule) is not None else _DECLINED
-    return result if finish is None else finish(result)
 
 
 def _import_deferred(state: Any, producer: Any, x: Any, options: int, device: tuple[int, int]) -> Any:

@@ -88,6 +88,7 @@ class Sim:
         # torch as a consumer of CUDA capsules: torch/utils/dlpack.py from_dlpack's CUDA half
         self.mp.setattr(torch, "from_dlpack", producers.torch_from_dlpack)
         self.mp.setattr(torch.utils.dlpack, "from_dlpack", producers.torch_from_dlpack)
+        self.mp.setattr(torch._C, "_from_dlpack", producers.torch_capsule_import)  # a capsule's import (the route's)
         return self.torch_cuda
 
     def cuda_tensor(self, cpu: Any, index: int = 0) -> Any:

@@ -82,7 +82,7 @@ class TorchCuda:
 
         global _real_from_dlpack
         if _real_from_dlpack is None:
-            _real_from_dlpack = torch.utils.dlpack.from_dlpack
+            _real_from_dlpack = torch._C._from_dlpack
         cuda = torch.cuda
         sim = self
 
@@ -137,7 +137,7 @@ class TorchCuda:
         return self
 
 
-_real_from_dlpack: Any = None  # torch.utils.dlpack.from_dlpack before the harness replaced it
+_real_from_dlpack: Any = None  # torch._C._from_dlpack (a capsule's import) before the harness replaced it
 
 
 def _install_exchange_api(monkeypatch: Any, sim: TorchCuda) -> None:
@@ -405,6 +405,12 @@ def torch_from_dlpack(ext: Any, device: Any = None, copy: Any = None) -> Any:
         except TypeError:
             if drop == "dl_device":
                 raise
+    return _torch_import(capsule)
+
+
+def torch_capsule_import(capsule: Any) -> Any:
+    """torch 2.13 ``torch._C._from_dlpack``, the import a capsule reaches (``torch/utils/dlpack.py`` lines 224-231):
+    a CUDA capsule is relabelled back to CPU for the real importer and the tensor says ``cuda:<id>``."""
     return _torch_import(capsule)
 
 
