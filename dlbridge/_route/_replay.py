@@ -42,18 +42,7 @@ from .._accelerator import accel
 from .._adapters import adapter_named
 from .._capsule._carriers import Carrier
 from .._capsule._edit import relabel_triple, restore, restore_triple, rewrite
-from .._capsule._probe import (
-    CODE_AT,
-    DATA_AT,
-    DEVICE_AT,
-    EMPTY,
-    FLAGS_AT,
-    LAYOUT_AT,
-    OFFSET_AT,
-    OTHER,
-    VERSIONED_AT,
-    probe,
-)
+from .._capsule._probe import EMPTY, OTHER, probe
 from .._options import FALLBACKS, NOT_GIVEN, READONLY, default_cell, get_default_fallback, resolve_fallback
 from .._pipeline import _logical
 from .._pipeline._convert import _convert
@@ -245,38 +234,35 @@ def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) 
     the key and the admission; where the route clears it (``clear_readonly``: readonly="drop") it is cleared
     here, and ``saved`` is what puts it back (None: nothing cleared), as the compiled ``find_route`` does."""
     facts = probe(capsule)
-    if facts is None or (facts[VERSIONED_AT] and not state.versioned):
-        return _DECLINED  # unread, or not the capsule kind the pipeline asks this consumer's producer for
-    where = (facts[DEVICE_AT], facts[DEVICE_AT + 1])
-    if where != device:  # memory elsewhere than its array said: a GPU capsule is exported again, with its handshake
-        return _DECLINED if where[0] in _GPU_TYPES or where[0] == 13 else _Handover(capsule)
-    triple = facts[CODE_AT] | facts[CODE_AT + 1] << 8 | facts[CODE_AT + 2] << 16
-    if not 0 <= where[0] <= 0xFF or not 0 <= where[1] <= 0x7FFF:
+    if facts is None:
+        return _DECLINED  # unread: the pipeline reads it and says what is wrong
+    versioned, _, _, capsule_flags, data, device_type, device_id, _, code, bits, lanes, _, _, offset, layout, _ = facts
+    if versioned and not state.versioned:
+        return _DECLINED  # not the capsule kind the pipeline asks this consumer's producer for
+    if device_type != device[0] or device_id != device[1]:
+        # memory elsewhere than its array said: a GPU capsule is exported again, with its handshake
+        return _DECLINED if device_type in _GPU_TYPES or device_type == 13 else _Handover(capsule)
+    if not 0 <= device_type <= 0xFF or not 0 <= device_id <= 0x7FFF:
         return _Handover(capsule)
-    flags = facts[FLAGS_AT] | (1 if options & READ_ONLY_MEMORY else 0)  # READ_ONLY: the capsule's, or its Producer's
+    triple = code | bits << 8 | lanes << 16
+    flags = capsule_flags | (1 if options & READ_ONLY_MEMORY else 0)  # READ_ONLY: the capsule's, or its Producer's
     options |= READ_ONLY_MEMORY if flags & 1 else 0
-    key = triple | options << OPTIONS_SHIFT | where[0] << DEVICE_SHIFT | where[1] << DEVICE_ID_SHIFT
+    key = triple | options << OPTIONS_SHIFT | device_type << DEVICE_SHIFT | device_id << DEVICE_ID_SHIFT
     replay = state.routes.get(key, _DECLINED)
     if replay is _DECLINED:
         replay = state.decide(key)
     # The admission: whether the capsule is one the stored route's record holds for, compared field by field
     # (``decide`` made them; nothing is decided here), as the compiled route's ``admitted`` does. ``flags``:
     # the capsule's, READ_ONLY ORed in where its Producer's arrays are read-only.
-    layout, offset = facts[LAYOUT_AT], facts[OFFSET_AT]
-    if (
-        replay is None
-        or layout == OTHER
-        or triple != replay.triple
-        or not replay.kinds & (2 if facts[VERSIONED_AT] else 1)
-    ):
+    if replay is None or layout == OTHER or triple != replay.triple or not replay.kinds & (2 if versioned else 1):
         return _Handover(capsule)
-    if where[0] != replay.device_type or where[1] != replay.device_id:
+    if device_type != replay.device_type or device_id != replay.device_id:
         return _Handover(capsule)
     if (flags & 1 and not replay.readonly_ok) or (offset and not replay.offset_ok):
         return _Handover(capsule)
-    if layout != EMPTY and (facts[DATA_AT] + offset) % replay.align:
+    if layout != EMPTY and (data + offset) % replay.align:
         return _Handover(capsule)
-    cleared = replay.clear_readonly and facts[FLAGS_AT] & 1  # readonly="drop": a flag to clear
+    cleared = replay.clear_readonly and capsule_flags & 1  # readonly="drop": a flag to clear
     return triple, replay, rewrite(capsule, None, None, True) if cleared else None
 
 
