@@ -196,7 +196,7 @@ def _admission(info: DLPackInfo, target: FastRoute, caps: Capabilities, plan: Pl
     only where it needs strides for one (``needs_dense``), a versioned capsule only where it reads legacy
     ones alone (``_refusal``); below the consumer's import alignment its import is another one (the
     adapter's ``import_alignment``: it copies through the host). ``clear``: READ_ONLY is cleared before
-    the import (``readonly="drop"``)."""
+    the import (``readonly="drop"``, or for a consumer that copies every import)."""
     wire, (device_type, device_id) = BY_NAME[plan.wire], info.device
     return Admission(
         wire=wire.code | wire.bits << 8 | wire.lanes << 16,

@@ -35,7 +35,7 @@ class Admission(NamedTuple):
     readonly_ok: bool  # a READ_ONLY capsule gets the same record
     offset_ok: bool  # a byte_offset (without strides) gets the same record
     align: int  # (data + byte_offset) % align == 0: the consumer's import is the one decided
-    clear_readonly: bool = False  # READ_ONLY is cleared before the import (readonly="drop": drop_readonly)
+    clear_readonly: bool = False  # READ_ONLY cleared before the import (readonly="drop", or a consumer that copies)
 
 
 class Handoff(NamedTuple):
