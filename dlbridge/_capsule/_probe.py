@@ -36,8 +36,9 @@ SHAPE_AT, STRIDES_AT, OFFSET_AT, LAYOUT_AT, DELETER_AT = 11, 12, 13, 14, 15
 OTHER, DENSE, EMPTY = 0, 1, 2  # layout classes (capsules.c: LAYOUT_OTHER, LAYOUT_DENSE, LAYOUT_EMPTY)
 
 # The pure-Python probe reads a capsule's pointer and name straight from the object (PyCapsule's
-# layout: the object header, then pointer, name), cheaper than two ctypes calls into the C API; the layout is checked against PyCapsule_GetPointer/GetName on a probe capsule at import,
-# and where it differs (another interpreter build) the C API is called instead.
+# layout: the object header, then pointer, name), cheaper than two ctypes calls into the C API; the
+# layout is checked against PyCapsule_GetPointer/GetName on a probe capsule at import, and where it
+# differs (another interpreter build) the C API is called instead.
 _CAPSULE_FIELDS = struct.Struct("@PP")  # void *pointer; const char *name
 _FIELDS_AT = object.__basicsize__  # after the object header
 _PROBE_NAME = b"dlbridge.layout_probe"  # must outlive the probe capsule: module constant
