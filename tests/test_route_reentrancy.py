@@ -258,14 +258,17 @@ def test_the_route_is_in_use() -> None:
 
 
 class _Raise:
-    """Raise ``err`` at the first call of a Python function in ``names`` (a profile hook)."""
+    """Raise ``err`` at the first call of a Python function in ``names``: a function's name, or its code object
+    where the name alone is too common (JAX's x64 switch is a ``<lambda>``, and any lambda a garbage
+    collection runs in a finalizer, whose errors Python prints and drops, would take the one raise)."""
 
-    def __init__(self, names: set[str], err: BaseException) -> None:
+    def __init__(self, names: set[str | types.CodeType], err: BaseException) -> None:
         self.names, self.err, self.raised = names, err, 0
 
     def __enter__(self) -> _Raise:
         def hook(frame: types.FrameType, event: str, arg: Any) -> None:
-            if event == "call" and frame.f_code.co_name in self.names and not self.raised:
+            code = frame.f_code
+            if event == "call" and (code in self.names or code.co_name in self.names) and not self.raised:
                 self.raised += 1
                 sys.setprofile(None)
                 raise self.err
@@ -280,12 +283,13 @@ class _Raise:
 _ESCAPING = [KeyboardInterrupt("^C"), SystemExit(3), MemoryError("out of memory"), GeneratorExit()]
 
 
-def _switch_functions(jax: Any) -> set[str]:
-    """The Python functions reading JAX's x64 switch runs (the route's capability check reads it on every
-    call: JaxAdapter.caps_switch); skips where it runs none on this JAX (nothing to interrupt)."""
-    names: list[str] = []
+def _switch_functions(jax: Any) -> set[str | types.CodeType]:
+    """The first Python function reading JAX's x64 switch runs, as its code object (the route's capability
+    check reads the switch on every call: JaxAdapter.caps_switch); skips where it runs none on this JAX
+    (nothing to interrupt)."""
+    names: list[types.CodeType] = []
     obj, attribute = dlbridge._adapters.ADAPTERS["jax"].caps_switch()
-    sys.setprofile(lambda frame, event, arg: names.append(frame.f_code.co_name) if event == "call" else None)
+    sys.setprofile(lambda frame, event, arg: names.append(frame.f_code) if event == "call" else None)
     try:
         getattr(obj, attribute)
     finally:
