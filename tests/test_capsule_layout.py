@@ -87,6 +87,29 @@ def test_layout_class_python_and_compiled(case: str, spec: dict[str, Any], layou
         assert info.is_c_contiguous() and info.size and info.data_ptr
 
 
+@pytest.mark.parametrize(("case", "spec", "layout"), LAYOUTS, ids=[c[0] for c in LAYOUTS])
+def test_data_address_is_what_read_gives(case: str, spec: dict[str, Any], layout: int) -> None:
+    """``data_address`` (the adapters' data pointer of an exported capsule, read with the probe alone where
+    the layout is one the route replays) is ``read(capsule).data_ptr``, offset included; a capsule ``read``
+    refuses is refused with the same error."""
+    from dlbridge._capsule._read import data_address
+
+    p = _case(**spec)
+    try:
+        expected: Any = read(p.__dlpack__()).data_ptr
+    except dlbridge.CapsuleError as err:
+        expected = type(err)
+    if isinstance(expected, int):
+        assert (
+            data_address(p.__dlpack__())
+            == expected
+            == (p.base + spec.get("offset", 0) if spec.get("data", True) else 0)
+        )
+    else:
+        with pytest.raises(expected):
+            data_address(p.__dlpack__())
+
+
 # --- the admission: what decide() says a stored route may replay ------------------------------------
 
 
@@ -174,3 +197,37 @@ def test_the_python_reader_reads_through_its_address_space_buffer(monkeypatch: p
         assert _probe._probe_py(capsule) is None
         with pytest.raises(dlbridge.CapsuleError, match="outside what the Python capsule reader can address"):
             read(capsule)
+
+
+@pytest.mark.parametrize("reach", ["buffer", "ctypes"])
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_the_capsule_writers_write_through_the_buffer_or_ctypes(monkeypatch: pytest.MonkeyPatch, reach: str,
+                                                                versioned: bool) -> None:  # fmt: skip
+    """``_edit`` writes a capsule's dtype and device with one ``pack_into`` on the address-space buffer, and
+    through ctypes where that buffer does not reach (an empty one stands in); either way the capsule then
+    reads as written, the other fields untouched, and a versioned capsule of another major is refused."""
+    from dlbridge._capsule import _edit
+    from dlbridge._capsule._read import tensor_address
+
+    if reach == "ctypes":
+        monkeypatch.setattr(_edit, "_MEMORY", memoryview(bytearray()))  # as _address_space's stand-in
+        monkeypatch.setattr(_probe, "_MEMORY", memoryview(bytearray()))
+    p = _case(shape=(2, 3), strides=None)  # float32 (code 2, 32 bits)
+    capsule = p.__dlpack__(max_version=(1, 3)) if versioned else p.__dlpack__()
+    head = _layout.DLTensor.from_address(tensor_address(capsule))  # where the writes must land
+    assert head.data == p.base and (head.code, head.bits, head.lanes) == (2, 32, 1)
+    _edit.relabel_triple(capsule, 1 | 32 << 8 | 1 << 16)  # uint32
+    _edit.relabel_device(capsule, (3, 0))  # CUDA host
+    assert (head.code, head.bits, head.lanes, head.device_type, head.device_id) == (1, 32, 1, 3, 0)
+    _edit.relabel(capsule, BY_NAME["int32"])
+    _edit.relabel_device(capsule, (1, 0))
+    assert (head.code, head.bits, head.lanes, head.device_type, head.device_id) == (0, 32, 1, 1, 0)
+    assert head.data == p.base and head.ndim == 2 and head.strides is None and head.byte_offset == 0
+    if reach == "buffer":  # (the Python reader reads through the same buffer: see the test above)
+        info = read(capsule)
+        assert (info.dtype, info.device_type, info.shape, info.data_ptr) == ("int32", "cpu", (2, 3), p.base)
+    if versioned:
+        other = p.with_(version=(2, 0)).__dlpack__(max_version=(1, 3))
+        assert _probe.tensor_at(other) is None
+        with pytest.raises(dlbridge.CapsuleError, match="major"):
+            tensor_address(other)

@@ -312,7 +312,11 @@ def test_interrupts_in_the_middle_propagate(where: str, err: BaseException) -> N
             {"from_dlpack", "_from_dlpack"},
         ),
         "export": (lambda: jax_cpu(jax.numpy.arange(4, dtype=jax.numpy.float32)), dlbridge.to_numpy, {"__dlpack__"}),
-        "capabilities": (lambda: torch.arange(4, dtype=torch.float32, device="cpu"), dlbridge.to_jax, _switch_functions(jax)),
+        "capabilities": (
+            lambda: torch.arange(4, dtype=torch.float32, device="cpu"),
+            dlbridge.to_jax,
+            _switch_functions(jax),
+        ),
     }[where]
     x = source()
     _warm(lambda: to(x))

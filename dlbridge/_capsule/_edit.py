@@ -4,14 +4,40 @@ and READ_ONLY flag, and undoing that when the consumer refuses it (a caller's ca
 from __future__ import annotations
 
 import ctypes
+import struct
 
 from .._dtypes import DType
-from ._abi import FLAG_PADDED, FLAG_READ_ONLY, LEGACY, PADDED_CONTEXT, VERSIONED, _get_context, _get_name, _get_pointer, _set_context
+from ._abi import (
+    FLAG_PADDED,
+    FLAG_READ_ONLY,
+    LEGACY,
+    PADDED_CONTEXT,
+    VERSIONED,
+    _get_context,
+    _get_name,
+    _get_pointer,
+    _set_context,
+)
 from ._layout import VERSIONED_FLAGS, VERSIONED_TENSOR, DLTensor
+from ._probe import _MEMORY
 from ._read import c_strides, tensor_address
 
 __all__ = ["relabel", "relabel_device", "set_c_strides", "set_shape", "add_flags", "rewrite", "restore", "relabel_triple",
            "restore_triple", "mark_padded"]  # fmt: skip
+
+
+# The dtype and device fields of a DLTensor, written with one ``pack_into`` on the address-space buffer
+# (``_probe._address_space``) where a ctypes structure made at the address would cost an object and a
+# call per field.
+_DTYPE, _DTYPE_AT = struct.Struct("@BBH"), DLTensor.code.offset  # uint8 code, uint8 bits, uint16 lanes
+_DEVICE, _DEVICE_AT = struct.Struct("@ii"), DLTensor.device_type.offset  # int32 device_type, device_id
+
+
+def _write(fields: struct.Struct, address: int, *values: int) -> None:
+    try:
+        fields.pack_into(_MEMORY, address, *values)
+    except struct.error:  # an address past the address-space buffer (none on a 64-bit system): through ctypes
+        ctypes.memmove(address, fields.pack(*values), fields.size)
 
 
 def relabel(capsule: object, dtype: DType) -> None:
@@ -19,8 +45,7 @@ def relabel(capsule: object, dtype: DType) -> None:
 
     Only called with a dtype of the same total width, on a capsule nobody has consumed yet.
     """
-    head = DLTensor.from_address(tensor_address(capsule))
-    head.code, head.bits, head.lanes = dtype.code, dtype.bits, dtype.lanes
+    _write(_DTYPE, tensor_address(capsule) + _DTYPE_AT, dtype.code, dtype.bits, dtype.lanes)
 
 
 def mark_padded(capsule: object, dtype: DType) -> None:
@@ -37,8 +62,7 @@ def mark_padded(capsule: object, dtype: DType) -> None:
 
 def relabel_device(capsule: object, device: tuple[int, int]) -> None:
     """Rewrite the capsule's device (pinned host memory -> CPU) before a consumer reads it."""
-    head = DLTensor.from_address(tensor_address(capsule))
-    head.device_type, head.device_id = device
+    _write(_DEVICE, tensor_address(capsule) + _DEVICE_AT, *device)
 
 
 def set_c_strides(capsule: object, shape: tuple[int, ...]) -> None:
@@ -109,8 +133,7 @@ def restore(capsule: object, saved: Saved) -> bool:
 
 def relabel_triple(capsule: object, triple: int) -> None:
     """Write dtype ``code | bits << 8 | lanes << 16`` into an unconsumed capsule (a route's relabel)."""
-    head = DLTensor.from_address(tensor_address(capsule))
-    head.code, head.bits, head.lanes = triple & 0xFF, (triple >> 8) & 0xFF, triple >> 16
+    _write(_DTYPE, tensor_address(capsule) + _DTYPE_AT, triple & 0xFF, (triple >> 8) & 0xFF, triple >> 16)
 
 
 def restore_triple(capsule: object, triple: int) -> None:

@@ -22,10 +22,10 @@ from typing import Any
 
 from .._accelerator import accel
 from ._abi import LEGACY, MAX_NDIM, SUPPORTED_MAJOR, VERSIONED, CapsuleType, _get_name, _get_pointer, _new_capsule
-from ._layout import _INT64S, LEGACY_STRUCT, MANAGED_STRUCT, int64s
+from ._layout import _INT64S, LEGACY_STRUCT, MANAGED_STRUCT, VERSIONED_TENSOR, int64s
 from ._layout import INT64_SIZE as _INT64
 
-__all__ = ["probe", "Facts", "OTHER", "DENSE", "EMPTY", "VERSIONED_AT", "FLAGS_AT", "DATA_AT", "DEVICE_AT",
+__all__ = ["probe", "managed", "tensor_at", "Facts", "OTHER", "DENSE", "EMPTY", "VERSIONED_AT", "FLAGS_AT", "DATA_AT", "DEVICE_AT",
            "NDIM_AT", "CODE_AT", "SHAPE_AT", "STRIDES_AT", "OFFSET_AT", "LAYOUT_AT",
            "DELETER_AT"]  # fmt: skip
 
@@ -54,7 +54,7 @@ def _address_space() -> memoryview:
     try:
         return memoryview((ctypes.c_char * sys.maxsize).from_address(0))
     except (OverflowError, ValueError, TypeError):
-        return memoryview(b"")
+        return memoryview(bytearray())  # writable, like the real one: a write past it is a struct.error
 
 
 _MEMORY = _address_space()
@@ -130,30 +130,47 @@ def _adjacent(both: tuple[int, ...], ndim: int) -> tuple[tuple[int, ...], tuple[
 
 def _probe_py(capsule: object) -> Facts | None:
     """A capsule's raw fields, or None for anything ``read`` must judge (and explain)."""
-    if type(capsule) is not CapsuleType:
+    found = managed(capsule)
+    if found is None:
         return None
     try:
-        if _DIRECT_FIELDS:
-            address, name_at = _CAPSULE_FIELDS.unpack_from(_MEMORY, id(capsule) + _FIELDS_AT)
-            if not name_at or not address:
-                return None
-            # the name in two reads, the second only where the first found b"dltensor_" (a name at least that long)
-            head = _NAME_HEAD.unpack_from(_MEMORY, name_at)[0]
-            if head == _LEGACY_Z:
-                versioned = False
-            elif (
-                head == _VERSIONED_HEAD
-                and _NAME_TAIL.unpack_from(_MEMORY, name_at + _NAME_HEAD.size)[0] == _VERSIONED_TAIL
-            ):
-                versioned = True
-            else:
-                return None
-        else:
-            found = _name_and_address(capsule)
-            if found is None:
-                return None
-            versioned, address = found
-        return _tensor_facts(versioned, address)
+        return _tensor_facts(found[0], found[1])
+    except struct.error:  # an address past the address-space buffer (_address_space)
+        return None
+
+
+def managed(capsule: object) -> tuple[bool, int] | None:
+    """(versioned, address of its managed tensor) of an unconsumed DLPack capsule (named ``dltensor`` or
+    ``dltensor_versioned``, with a pointer); None for anything else, which ``_read`` judges and explains."""
+    if type(capsule) is not CapsuleType:
+        return None
+    if not _DIRECT_FIELDS:
+        return _name_and_address(capsule)
+    try:
+        address, name_at = _CAPSULE_FIELDS.unpack_from(_MEMORY, id(capsule) + _FIELDS_AT)
+        if not name_at or not address:
+            return None
+        # the name in two reads, the second only where the first found b"dltensor_" (a name at least that long)
+        head = _NAME_HEAD.unpack_from(_MEMORY, name_at)[0]
+        if head == _LEGACY_Z:
+            return False, address
+        if head == _VERSIONED_HEAD and _NAME_TAIL.unpack_from(_MEMORY, name_at + _NAME_HEAD.size)[0] == _VERSIONED_TAIL:
+            return True, address
+    except struct.error:  # an address past the address-space buffer (_address_space)
+        pass
+    return None
+
+
+def tensor_at(capsule: object) -> int | None:
+    """The address of an unconsumed capsule's ``DLTensor`` (a versioned one of the major dlbridge reads), for
+    the writers in ``_edit``; None for anything else (``_read.tensor_address`` says what is wrong with it)."""
+    found = managed(capsule)
+    if found is None:
+        return None
+    if not found[0]:
+        return found[1]
+    try:
+        return found[1] + VERSIONED_TENSOR if _MAJOR.unpack_from(_MEMORY, found[1])[0] == SUPPORTED_MAJOR else None
     except struct.error:  # an address past the address-space buffer (_address_space)
         return None
 

@@ -37,9 +37,9 @@ from ._abi import (
     device_name,
 )
 from ._layout import VERSIONED_TENSOR, DLTensor, VersionedHeader
-from ._probe import probe
+from ._probe import DATA_AT, LAYOUT_AT, OFFSET_AT, OTHER, probe, tensor_at
 
-__all__ = ["DLPackInfo", "CapsuleType", "read", "c_strides", "GPU_CODES", "DEVICE_ALIASES", "DEVICE_CODES",
+__all__ = ["DLPackInfo", "CapsuleType", "read", "data_address", "c_strides", "GPU_CODES", "DEVICE_ALIASES", "DEVICE_CODES",
            "alias_device", "device_name"]  # fmt: skip
 
 
@@ -139,6 +139,9 @@ class DLPackInfo:
 
 def tensor_address(capsule: object) -> int:
     """Address of an unconsumed capsule's DLTensor (for the writers in ``_edit``); raises CapsuleError."""
+    address = tensor_at(capsule)
+    if address is not None:
+        return address
     if type(capsule) is not CapsuleType:
         raise CapsuleError(f"expected a DLPack capsule, got {type(capsule).__name__}")
     name = _get_name(capsule)
@@ -151,6 +154,16 @@ def tensor_address(capsule: object) -> int:
             _unsupported_major(head.major, head.minor)
         return address + VERSIONED_TENSOR
     _bad_name(name)
+
+
+def data_address(capsule: object) -> int:
+    """The address of an unconsumed capsule's first element (``read(capsule).data_ptr``), read with the
+    probe alone where its layout is one the route replays (no DLPackInfo made); otherwise ``read`` gives it,
+    or says what is wrong with the capsule."""
+    facts = probe(capsule)
+    if facts is not None and facts[LAYOUT_AT] != OTHER:
+        return facts[DATA_AT] + facts[OFFSET_AT]  # type: ignore[no-any-return]
+    return read(capsule).data_ptr
 
 
 def _null(name: bytes) -> NoReturn:
