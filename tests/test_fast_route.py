@@ -541,3 +541,74 @@ def test_every_change_to_the_routes_reaches_the_next_conversion() -> None:
     assert not hasattr(routes, "__ior__") and not hasattr(routes, "fromkeys")  # only the dict's reads are handed on
     with pytest.raises(TypeError):
         dict.__setitem__(routes, key, None)  # type: ignore[index]
+
+
+# --- the Python route's guards: one function per Producer ------------------------------------------------
+
+
+def _guard_holds_by_definition(guards: tuple[tuple[Any, ...], ...], x: Any) -> bool:
+    """The guards' meaning, written as a loop (``_route._guards``' docstring), to compare with ``holds``."""
+    for guard in guards:
+        value = getattr(x, guard[0]) if type(guard[0]) is str else guard[0]
+        if guard[1]:
+            value = value()
+        if value is not guard[2] and (len(guard) < 4 or guard[3]() is not True):
+            return False
+    return True
+
+
+def test_the_python_routes_guard_function_means_what_the_guards_say() -> None:
+    """``_guards.holds`` makes one function of a Producer's guards: it answers as the guards' definition
+    for attributes, methods, names that are not identifiers, process-wide functions and ``unless``,
+    compares by identity (1 is not True), asks ``unless`` only where the answer differs, and is None for
+    None and ``always`` for no guards."""
+    from itertools import product
+
+    from dlbridge._route._guards import always, holds
+
+    class Obj:
+        def __init__(self, flag: Any, method: Any) -> None:
+            self.flag, self._method = flag, method
+            setattr(self, "odd-name", flag)  # not an identifier: read with getattr
+
+        def method(self) -> Any:
+            return self._method
+
+    asked: list[int] = []
+
+    def unless(answer: Any) -> Any:
+        return lambda: asked.append(1) or answer
+
+    assert holds(None) is None and holds(()) is always and always(object()) is True
+    sentinel = object()
+    for flag, method, state, answer in product(
+        [True, False, 1, None], [False, sentinel], [False, True], [True, 1, False]
+    ):
+        x = Obj(flag, method)
+        for guards in (
+            (("flag", False, True),),
+            (("odd-name", False, True), ("method", True, sentinel)),
+            (("flag", False, True), (lambda s=state: s, True, False, unless(answer))),
+            (("method", True, False), ("flag", False, None)),
+        ):
+            asked.clear()
+            expected = _guard_holds_by_definition(guards, x)
+            n_asked = len(asked)
+            asked.clear()
+            assert holds(guards)(x) is expected, (guards, flag, method, state, answer)  # type: ignore[misc]
+            assert len(asked) == n_asked  # unless() asked exactly where the definition asks it
+    with pytest.raises(TypeError, match="a guard is"):
+        holds((("flag", False),))
+    with pytest.raises(AttributeError):  # a missing attribute raises as getattr does (the route declines)
+        holds((("missing", False, True),))(Obj(True, False))  # type: ignore[misc]
+
+
+def test_the_python_producer_carries_its_guard_functions() -> None:
+    """The Python Producer makes its guard functions once, when it is made; they are not record fields (the
+    compiled Producer has the same fields, and ``_learn.current`` compares fields only)."""
+    from dlbridge._route._records import _PyProducer
+
+    p = _PyProducer(guards=(("real", False, 3),), gpu_guards=None)
+    assert p.holds(3) is True and p.holds(4) is False and p.gpu_holds is None
+    assert "holds" not in _PyProducer._fields and "gpu_holds" not in _PyProducer._fields
+    assert p == _PyProducer(guards=(("real", False, 3),), gpu_guards=None)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from .._accelerator import accel
+from ._guards import holds
 
 __all__ = ["State", "Producer", "Replay", "Routes", "IMPORT_CAPSULE", "IMPORT_CARRIER", "IMPORT_EXCHANGE",
            "EXPORT_METHOD", "EXPORT_EXCHANGE", "EXPORT_FUNCTION", "EXPORT_METHOD_LEGACY"]  # fmt: skip
@@ -57,6 +58,14 @@ class _PyProducer:
     gpu_kind: int = EXPORT_METHOD  # EXPORT_EXCHANGE (no sync: same streams only) or EXPORT_METHOD (stream=)
     current_device: Any = None  # current_device() -> id where the producer's handshake needs x's device current
     readonly: bool = False  # its arrays are read-only whatever their capsules say (JAX's are immutable)
+    # guards and gpu_guards as one function each (``_guards.holds``), made here once: the Python route's own,
+    # not fields of the record (the compiled Producer parses its guards in C)
+    holds: Any = field(init=False, compare=False, repr=False)
+    gpu_holds: Any = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "holds", holds(self.guards))
+        object.__setattr__(self, "gpu_holds", holds(self.gpu_guards))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,11 +103,10 @@ _INTEGERS = ("wire", "triple", "device_type", "device_id", "kinds", "align")
 
 
 for _cls in (_PyState, _PyProducer, _PyReplay):
-    _cls._fields = tuple(f.name for f in fields(_cls))
+    _cls._fields = tuple(f.name for f in fields(_cls) if f.compare)  # (the record's fields: not _PyProducer.holds)
 
 State: Any = _PyState if accel is None else accel.State
 Producer: Any = _PyProducer if accel is None else accel.Producer
 Replay: Any = _PyReplay if accel is None else accel.Replay
 # A State's routes: a dict, or the compiled Routes (a mapping that keeps the compiled route's cache of it current)
 Routes: Any = dict if accel is None else accel.Routes
-

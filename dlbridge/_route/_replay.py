@@ -47,6 +47,7 @@ from .._options import FALLBACKS, NOT_GIVEN, READONLY, default_cell, get_default
 from .._pipeline import _logical
 from .._pipeline._convert import _convert
 from . import _gpu as gpu
+from ._guards import always
 from ._learn import (
     DEVICE_ID_SHIFT,
     DEVICE_SHIFT,
@@ -159,10 +160,10 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any, readonly: Any) -> 
         if type(x) is state.self_type:  # its own array: no capsule at all, for dtypes the pipeline took
             dtype = x.dtype
             return state.self_import(x) if any(d is dtype for d in state.self_dtypes) else _DECLINED
-        guards = producer.guards
-        if guards is not None and (not guards or guards_hold(guards, x)):  # CPU memory (the guards say so)
+        holds = producer.holds  # the guards (_guards.holds); always: none, not called
+        if holds is always or (holds is not None and holds(x)):  # CPU memory (the guards say so)
             return _deliver(state, _export(state, producer, x), options, _CPU)
-        if producer.gpu_guards is None or not guards_hold(producer.gpu_guards, x):
+        if producer.gpu_holds is None or not producer.gpu_holds(x):
             return _DECLINED
         device = gpu.device_of(producer, x)
         if device[0] == 1:  # a CPU array of a producer whose arrays may be anywhere (JAX with a GPU)
@@ -184,22 +185,6 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any, readonly: Any) -> 
     except Exception:
         return _DECLINED
     return _deliver(state, capsule, options, device)
-
-
-def guards_hold(guards: tuple[tuple[Any, ...], ...], x: Any) -> bool:
-    """Whether every guard of a Producer holds for x: ``getattr(x, attribute)`` (or ``attribute`` itself
-    where it is not a name: a function of the process's state, such as torch's mode check), called where
-    asked, is ``expected`` (by identity); a guard with a fourth item ``unless`` also holds where that
-    answer differs but ``unless()`` is True (asked only then, so the common answer costs no Python
-    call). The compiled route checks them the same way (steps.c ``check_guards``)."""
-    for guard in guards:
-        name = guard[0]
-        value = getattr(x, name) if type(name) is str else name
-        if guard[1]:
-            value = value()
-        if value is not guard[2] and (len(guard) < 4 or guard[3]() is not True):
-            return False
-    return True
 
 
 def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int]) -> Any:
