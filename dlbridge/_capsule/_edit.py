@@ -19,7 +19,7 @@ from ._abi import (
     _set_context,
 )
 from ._layout import VERSIONED_FLAGS, VERSIONED_TENSOR, DLTensor
-from ._probe import _MEMORY
+from ._probe import _MEMORY, tensor_at
 from ._read import c_strides, tensor_address
 
 __all__ = ["relabel", "relabel_device", "set_c_strides", "set_shape", "add_flags", "rewrite", "restore", "relabel_triple",
@@ -132,8 +132,14 @@ def restore(capsule: object, saved: Saved) -> bool:
 
 
 def relabel_triple(capsule: object, triple: int) -> None:
-    """Write dtype ``code | bits << 8 | lanes << 16`` into an unconsumed capsule (a route's relabel)."""
-    _write(_DTYPE, tensor_address(capsule) + _DTYPE_AT, triple & 0xFF, (triple >> 8) & 0xFF, triple >> 16)
+    """Write dtype ``code | bits << 8 | lanes << 16`` into an unconsumed capsule (a route's relabel, on every
+    warm call of a relabelled dtype: ``_write`` written out, without its frame)."""
+    address = tensor_at(capsule)
+    address = (tensor_address(capsule) if address is None else address) + _DTYPE_AT
+    try:
+        _DTYPE.pack_into(_MEMORY, address, triple & 0xFF, (triple >> 8) & 0xFF, triple >> 16)
+    except struct.error:
+        _write(_DTYPE, address, triple & 0xFF, (triple >> 8) & 0xFF, triple >> 16)
 
 
 def restore_triple(capsule: object, triple: int) -> None:
