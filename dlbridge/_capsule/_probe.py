@@ -25,8 +25,8 @@ from ._abi import LEGACY, MAX_NDIM, SUPPORTED_MAJOR, VERSIONED, CapsuleType, _ge
 from ._layout import _INT64S, LEGACY_STRUCT, MANAGED_STRUCT, VERSIONED_TENSOR, int64s
 from ._layout import INT64_SIZE as _INT64
 
-__all__ = ["probe", "managed", "tensor_at", "Facts", "OTHER", "DENSE", "EMPTY", "VERSIONED_AT", "FLAGS_AT", "DATA_AT", "DEVICE_AT",
-           "NDIM_AT", "CODE_AT", "SHAPE_AT", "STRIDES_AT", "OFFSET_AT", "LAYOUT_AT",
+__all__ = ["probe", "managed", "tensor_at", "Facts", "OTHER", "DENSE", "EMPTY", "VERSIONED_AT", "FLAGS_AT",
+           "DATA_AT", "DEVICE_AT", "NDIM_AT", "CODE_AT", "SHAPE_AT", "STRIDES_AT", "OFFSET_AT", "LAYOUT_AT",
            "DELETER_AT"]  # fmt: skip
 
 Facts = tuple[bool, int, int, int, int, int, int, int, int, int, int, tuple[int, ...], "tuple[int, ...] | None",

@@ -39,8 +39,8 @@ from ._abi import (
 from ._layout import VERSIONED_TENSOR, DLTensor, VersionedHeader
 from ._probe import DATA_AT, LAYOUT_AT, OFFSET_AT, OTHER, probe, tensor_at
 
-__all__ = ["DLPackInfo", "CapsuleType", "read", "data_address", "c_strides", "GPU_CODES", "DEVICE_ALIASES", "DEVICE_CODES",
-           "alias_device", "device_name"]  # fmt: skip
+__all__ = ["DLPackInfo", "CapsuleType", "read", "data_address", "c_strides", "GPU_CODES", "DEVICE_ALIASES",
+           "DEVICE_CODES", "alias_device", "device_name"]  # fmt: skip
 
 
 @dataclass(frozen=True)
