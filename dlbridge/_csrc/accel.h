@@ -130,7 +130,7 @@ typedef struct {
     int kinds;              /* capsule kinds admitted: KIND_LEGACY | KIND_VERSIONED */
     char readonly_ok;       /* a READ_ONLY capsule admitted */
     char offset_ok;         /* a byte_offset admitted */
-    char clear_readonly;    /* READ_ONLY cleared before the import (readonly="drop") */
+    char clear_readonly;    /* READ_ONLY cleared before the import (Admission.clear_readonly) */
 } ReplayRecord;
 enum { KIND_LEGACY = 1, KIND_VERSIONED = 2 };
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };

@@ -84,7 +84,7 @@ class _PyReplay:
     readonly_ok: bool = field(init=False)
     offset_ok: bool = field(init=False)
     align: int = field(init=False)
-    clear_readonly: bool = field(init=False)  # READ_ONLY cleared before the import (readonly="drop")
+    clear_readonly: bool = field(init=False)  # READ_ONLY cleared before the import (Admission.clear_readonly)
 
     def __post_init__(self) -> None:
         admits = self.record.admits

@@ -216,8 +216,9 @@ def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int]) ->
 def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) -> Any:
     """(triple, Replay, saved) for a capsule the stored route replays; a ``_Handover`` or ``_DECLINED``
     otherwise. The capsule's READ_ONLY flag is ORed into the options' read-only bit (the Producer's) for both
-    the key and the admission; where the route clears it (``clear_readonly``: readonly="drop") it is cleared
-    here, and ``saved`` is what puts it back (None: nothing cleared), as the compiled ``find_route`` does."""
+    the key and the admission; where the route clears it (``Admission.clear_readonly``: readonly="drop", or a
+    consumer that copies every import) it is cleared here, and ``saved`` is what puts it back (None: nothing
+    cleared), as the compiled ``find_route`` does."""
     facts = probe(capsule)
     if facts is None:
         return _DECLINED  # unread: the pipeline reads it and says what is wrong
@@ -247,7 +248,7 @@ def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) 
         return _Handover(capsule)
     if layout != EMPTY and (data + offset) % replay.align:
         return _Handover(capsule)
-    cleared = replay.clear_readonly and capsule_flags & 1  # readonly="drop": a flag to clear
+    cleared = replay.clear_readonly and capsule_flags & 1  # a flag to clear (Admission.clear_readonly says when)
     return triple, replay, rewrite(capsule, None, None, True) if cleared else None
 
 
