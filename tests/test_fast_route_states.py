@@ -415,6 +415,45 @@ p.stop_gradient = False
 r = same(p, "numpy")
 assert r[:2] == ("error", "ProducerError"), r
 same(aligned(ref, offset=4), "paddle")
+# Replayed warm on both sides of TF's alignment: aligned data shared, data below it copied to aligned memory
+# (the stored route's record for it: TF's kernels abort on misaligned data), never the pipeline once learned.
+from dlbridge._capsule._read import read
+from dlbridge._route import _replay as route
+from tests._route_helpers import counting_declines
+import ml_dtypes
+address = lambda t: read(tf.experimental.dlpack.to_dlpack(t)).data_ptr
+sources = [("numpy", lambda d, o: aligned(np.arange(32).astype(d).reshape(4, 8), offset=o))]
+try:
+    import mlx.core as mx  # its CPU arrays sit 8 bytes past a 64-byte boundary (probe: mlx 0.32.4)
+    sources.append(("mlx", lambda d, o: mx.array(aligned(np.arange(32).astype(d).reshape(4, 8), offset=o))))
+except ImportError:
+    pass
+for name, make in sources:
+    for dtype in (np.float32, ml_dtypes.bfloat16):
+        for offset in (0, 8, 4):
+            x = make(dtype, offset)
+            here = None if name == "mlx" else x.ctypes.data
+            want = np.arange(32).astype(dtype).reshape(4, 8)
+            dlbridge.to_tensorflow(x)  # (the first of its kind may learn)
+            with counting_declines() as slow:
+                for _ in range(3):
+                    out = dlbridge.to_tensorflow(x)
+                    got = address(out)
+                    assert out.dtype.name == np.dtype(dtype).name and out.shape == (4, 8), (name, out.dtype)
+                    np.testing.assert_array_equal(np.asarray(out.numpy()).view(np.uint8), want.view(np.uint8))
+                    assert got % 64 == 0 and (got == here) == (here is not None and here % 64 == 0), (name, offset)
+                    tf.reverse(out, [0])  # an op: aborts the process on misaligned data
+            assert slow["tensorflow"] == 0, (name, dtype, offset, slow)
+            misaligned = (here if here is not None else read(x.__dlpack__()).data_ptr) % 64 != 0
+            copies = "(tensorflow copies it)" in str(dlbridge.explain(x, "tensorflow"))
+            assert copies == misaligned, (name, offset, dlbridge.explain(x, "tensorflow"))
+replays = [r for r in route.SPECS["tensorflow"][0].routes.values() if r is not None and r.triple == 0x1_20_02]
+assert replays and all(not r.misaligned and r.unaligned.misaligned for r in replays), replays
+assert all(r.unaligned.record.consumer_copies and r.unaligned.importer is not None for r in replays)
+x = aligned(ref, offset=4)
+x.flags.writeable = False  # read-only memory: refused as the pipeline refuses it (TF arrays are writable)
+r = same(x, "tensorflow")
+assert r[:2] == ("error", "ReadOnlyError"), r
 print("OK")
 """
 

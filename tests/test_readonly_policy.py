@@ -261,3 +261,47 @@ def test_read_only_memory_into_a_consumer_that_copies_every_import_is_replayed_w
     replays = [r for r in _route.SPECS["mlx"][0].routes.values() if r is not None and r.clear_readonly]
     assert replays and all(r.readonly_ok for r in replays)
     np.testing.assert_array_equal(np.asarray(x), expected)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float8_e4m3fn"])
+def test_a_consumer_refusal_puts_back_what_the_route_cleared_and_relabelled(
+    dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stored route clears READ_ONLY for MLX's copy (and relabels float8 as its uint8 view): where MLX
+    refuses the capsule without taking it, both come back before the capsule is handed to the pipeline,
+    which converts it (no second export) as it would a fresh one; the source stays read-only."""
+    need("mlx")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.arange(16, dtype=np.float32 if dtype == "float32" else ml_dtypes.float8_e4m3fn)
+    x.flags.writeable = False
+    fallback = "view" if dtype != "float32" else None
+    for _ in range(3):
+        dlbridge.to_mlx(x, fallback=fallback)  # learned, then replayed: the route stored
+    spec = _route.SPECS["mlx"]
+    state = spec[0]
+    assert any(r is not None and r.clear_readonly for r in state.routes.values())
+    seen: list[Any] = []
+
+    def refuse(capsule: Any) -> Any:
+        seen.append(dlbridge.inspect(capsule))  # what MLX was handed: READ_ONLY cleared, the wire dtype
+        raise RuntimeError("refused")
+
+    handed: list[Any] = []
+    pipeline = _route._convert
+
+    def convert(x: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+        handed.append(dlbridge.inspect(args[5]) if len(args) > 5 and args[5] is not None else None)
+        return pipeline(x, target, *args, **kwargs)
+
+    spec[0] = _route.State(**{**{f: getattr(state, f) for f in state._fields}, "importer": refuse})
+    monkeypatch.setattr(_route, "_convert", convert)
+    try:
+        out = dlbridge.to_mlx(x, fallback=fallback)
+    finally:
+        spec[0] = state
+    wire = "float32" if dtype == "float32" else "uint8"
+    assert len(seen) == 1 and not seen[0].readonly and seen[0].dtype == wire, seen
+    assert len(handed) == 1 and handed[0] is not None, "the refused capsule was not handed to the pipeline"
+    assert handed[0].readonly and handed[0].dtype == dtype and handed[0].data_ptr == x.ctypes.data, handed[0]
+    np.testing.assert_array_equal(np.asarray(out).view(np.uint8), x.view(np.uint8))
+    assert not x.flags.writeable

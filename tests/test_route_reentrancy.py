@@ -374,13 +374,15 @@ def _records() -> dict[str, tuple[Any, dict[str, Any]]]:
     producer = {"kind": 2, "handle": len, "guards": (("is_cpu", False, True),), "alias": "data", "relabels": {1: 2},
                 "gpu_guards": (("is_cuda", False, True),), "device_method": "get_device", "device_type": 2, "gpu_kind": 1,
                 "current_device": abs, "readonly": True}  # fmt: skip
-    replay = {"record": _record(), "finish": abs}
+    unaligned = _route._PyReplay if _accelerator.accel is None else _accelerator.accel.Replay
+    replay = {"record": _record(), "finish": abs, "importer": len,
+              "unaligned": unaligned(record=_record(_ADMITS._replace(misaligned=True)))}  # fmt: skip
     return {"State": (_route._PyState, state), "Producer": (_route._PyProducer, producer),
             "Replay": (_route._PyReplay, replay)}  # fmt: skip
 
 
 _ADMITS = Admission(wire=0x1_10_02, triple=0x1_10_04, device_type=2, device_id=3, kinds=3, readonly_ok=True,
-                    offset_ok=False, align=64, clear_readonly=True)  # fmt: skip
+                    offset_ok=False, align=64, clear_readonly=True, misaligned=False)  # fmt: skip
 
 
 def _record(admits: Any = _ADMITS) -> Handoff:
@@ -437,7 +439,8 @@ def test_records_the_compiled_route_cannot_read_are_refused_or_declined() -> Non
     for spec in ([("a", "tuple")], [_route._PyState(target=numpy_state.target)], [], [numpy_state, 1], "spec"):
         with pytest.raises(TypeError, match=r"one-item list holding a dlbridge\._accel\.State"):
             accel.convert(spec, x, NOT_GIVEN, None, None, None, None)
-    dlbridge.to_torch(x)  # learned: the numpy Producer, torch's State and its float32 Replay
+    for _ in range(2):  # learned: the numpy Producer and torch's State; then replayed: its float32 Replay stored
+        dlbridge.to_torch(x)
     torch_state, producer = _route.SPECS["torch"][0], _route._producers[np.ndarray]
     assert isinstance(producer, accel.Producer) and torch_state.ready and torch_state.routes
     for key, replay in list(torch_state.routes.items()):
@@ -465,9 +468,11 @@ def test_records_the_compiled_route_cannot_read_are_refused_or_declined() -> Non
             ("device_id", 1 << 15),
             ("triple", "x"),
             ("clear_readonly", 2),
+            ("misaligned", -1),
         )
     ]
     for bad_replay in ({"record": _record(None)}, {"record": "record"}, {"record": _record(), "finish": 1}, {},
+                       {"record": _record(), "importer": 1}, {"record": _record(), "unaligned": _record()},
                        *({"record": _record(a)} for a in bad_admits)):  # fmt: skip
         with pytest.raises((TypeError, OverflowError, AttributeError)):
             accel.Replay(**bad_replay)

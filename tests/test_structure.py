@@ -394,7 +394,8 @@ def test_capsules_are_read_in_one_place() -> None:
 
 
 # Admission fields: what a capsule must say for a stored route to replay its record (decide's Admission).
-_ADMISSION_FIELDS = ("triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align", "clear_readonly")
+_ADMISSION_FIELDS = ("triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align", "clear_readonly",
+                     "misaligned")  # fmt: skip
 # Capability fields and adapter rules the route would re-derive a decision from, were it to read them.
 _RULES = ("readonly_arrays", "offset_needs_strides", "import_alignment", "copies_unaligned", "c_strides",
           "row_major_only", "needs_dense")  # fmt: skip

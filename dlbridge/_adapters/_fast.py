@@ -84,8 +84,15 @@ class FastRoute(_Base):
         return None
 
     def import_alignment(self, caps: Capabilities) -> int:
-        """The data alignment (bytes) below which the fast route leaves an import to the pipeline."""
+        """The data alignment (bytes) below which this framework's import of host memory is another one
+        (the pipeline's, or ``fast_unaligned_import``'s)."""
         return 1
+
+    def fast_unaligned_import(self, caps: Capabilities) -> Any:
+        """How the fast route imports a capsule of host memory below ``import_alignment``: a callable
+        taking what ``fast_import``'s importer takes (the import the pipeline's ``import_capsule`` makes
+        of such a capsule: a copy). None: such capsules take the pipeline."""
+        return None
 
     def view_memory(self, arr: Any) -> tuple[int, tuple[int, ...]]:
         """(data address, shape) of an array this framework imported from a dense capsule: what the

@@ -39,20 +39,33 @@ _NO_CODE = {"int4": "tf.cast(x, tf.int8)", "uint4": "tf.cast(x, tf.uint8)", "int
 
 def _aligned_copy(info: DLPackInfo) -> Any:
     """A capsule of a fresh, 64-byte aligned NumPy copy of a dense CPU capsule's bytes."""
+    np, memmove, host, numpy_dtype = _copy_tools or _load_copy_tools()
+    dtype = numpy_dtype(info.dtype)
+    nbytes = info.size * dtype.itemsize
+    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+    address = raw.ctypes.data
+    start = -address % _ALIGN
+    memmove(address + start, info.data_ptr, nbytes)  # dense row-major: one span
+    dense = raw[start : start + nbytes].view(dtype).reshape(info.shape)
+    return host.export(dense, stream=None, max_version=None)  # relabels bf16 (ml_dtypes)
+
+
+_copy_tools: tuple[Any, ...] = ()
+
+
+def _load_copy_tools() -> tuple[Any, ...]:
+    """NumPy, ``ctypes.memmove``, the table's NumPy adapter (its ml_dtypes relabels and registry state are
+    cached) and its dtype lookup: imported when the first copy is made, not with TensorFlow's adapter."""
+    global _copy_tools
     import ctypes
 
     import numpy as np
 
-    from . import HOST  # the table's NumPy adapter (its ml_dtypes relabels and registry state are cached)
+    from . import HOST
     from ._numpy import numpy_dtype
 
-    dtype = numpy_dtype(info.dtype)
-    nbytes = info.size * dtype.itemsize
-    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    dense = raw[start : start + nbytes].view(dtype).reshape(info.shape)
-    ctypes.memmove(dense.ctypes.data, info.data_ptr, nbytes)  # dense row-major: one span
-    return HOST.export(dense, stream=None, max_version=None)  # relabels bf16 (ml_dtypes)
+    _copy_tools = (np, ctypes.memmove, HOST, numpy_dtype)
+    return _copy_tools
 
 
 class TensorflowProber(Prober):
@@ -251,6 +264,9 @@ class TensorflowAdapter(FastRoute, Adapter):
 
     def import_alignment(self, caps: Capabilities) -> int:
         return _ALIGN
+
+    def fast_unaligned_import(self, caps: Capabilities) -> Any:
+        return lambda capsule: self.import_capsule(capsule, (1, 0), caps)  # (host memory: an aligned copy)
 
     def import_capsule(self, capsule: Any, device: tuple[int, int], caps: Capabilities) -> Any:
         if device[0] == 1:

@@ -123,14 +123,17 @@ typedef struct {
     PyObject_HEAD
     PyObject *finish;       /* f(imported) -> result, or None */
     PyObject *record;       /* the Handoff this route replays */
+    PyObject *importer;     /* the consumer's import for this record (None: the State's importer) */
+    PyObject *unaligned;    /* the Replay for the capsules this one's alignment turns away, or None */
     long long wire;         /* the dtype triple the consumer is handed: code | bits << 8 | lanes << 16 */
     long long triple;       /* the capsule's dtype triple */
-    long align;             /* (data + byte_offset) % align == 0 (>= 1) */
+    long align;             /* (data + byte_offset) % align == 0 (>= 1), or != 0 where misaligned */
     int device_type, device_id;
     int kinds;              /* capsule kinds admitted: KIND_LEGACY | KIND_VERSIONED */
     char readonly_ok;       /* a READ_ONLY capsule admitted */
     char offset_ok;         /* a byte_offset admitted */
     char clear_readonly;    /* READ_ONLY cleared before the import (Admission.clear_readonly) */
+    char misaligned;        /* (data + byte_offset) % align != 0 admitted instead (Admission.misaligned) */
 } ReplayRecord;
 enum { KIND_LEGACY = 1, KIND_VERSIONED = 2 };
 enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };

@@ -51,6 +51,8 @@ static PyMemberDef producer_members[] = {
 static PyMemberDef replay_members[] = {
     OBJ(ReplayRecord, record),
     OBJ(ReplayRecord, finish),
+    OBJ(ReplayRecord, importer),
+    OBJ(ReplayRecord, unaligned),
     {"wire", T_LONGLONG, offsetof(ReplayRecord, wire), READONLY, NULL},
     {"triple", T_LONGLONG, offsetof(ReplayRecord, triple), READONLY, NULL},
     {"device_type", T_INT, offsetof(ReplayRecord, device_type), READONLY, NULL},
@@ -60,6 +62,7 @@ static PyMemberDef replay_members[] = {
     {"offset_ok", T_BOOL, offsetof(ReplayRecord, offset_ok), READONLY, NULL},
     {"align", T_LONG, offsetof(ReplayRecord, align), READONLY, NULL},
     {"clear_readonly", T_BOOL, offsetof(ReplayRecord, clear_readonly), READONLY, NULL},
+    {"misaligned", T_BOOL, offsetof(ReplayRecord, misaligned), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -233,11 +236,11 @@ static int admission_field(PyObject *admits, const char *name, long long low, lo
     return 0;
 }
 
-/* Replay(*, record, finish): the record's Admission (record.admits) read into C fields, once. */
+/* Replay(*, record, ...): the record's Admission (record.admits) read into C fields, once. */
 static int read_admission(ReplayRecord *r) {
     PyObject *admits = PyObject_GetAttrString(r->record, "admits");
     if (admits == NULL) return -1;
-    long long v[9];
+    long long v[10];
     int ok = admits != Py_None && admission_field(admits, "wire", 0, 0xFFFFFFFFLL, &v[0]) == 0 &&
              admission_field(admits, "triple", 0, 0xFFFFFFFFLL, &v[1]) == 0 &&
              admission_field(admits, "device_type", 0, 255, &v[2]) == 0 &&
@@ -246,25 +249,31 @@ static int read_admission(ReplayRecord *r) {
              admission_field(admits, "readonly_ok", 0, 1, &v[5]) == 0 &&
              admission_field(admits, "offset_ok", 0, 1, &v[6]) == 0 &&
              admission_field(admits, "align", 1, 1 << 20, &v[7]) == 0 &&
-             admission_field(admits, "clear_readonly", 0, 1, &v[8]) == 0;
+             admission_field(admits, "clear_readonly", 0, 1, &v[8]) == 0 &&
+             admission_field(admits, "misaligned", 0, 1, &v[9]) == 0;
     if (!ok && !PyErr_Occurred())
         PyErr_SetString(PyExc_TypeError, "dlbridge._accel.Replay(record=) needs a record whose admits is set");
     Py_DECREF(admits);
     if (!ok) return -1;
     r->wire = v[0], r->triple = v[1], r->device_type = (int)v[2], r->device_id = (int)v[3], r->kinds = (int)v[4];
     r->readonly_ok = (char)v[5], r->offset_ok = (char)v[6], r->align = (long)v[7], r->clear_readonly = (char)v[8];
+    r->misaligned = (char)v[9];
     return 0;
 }
 
 static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"record", "finish", NULL};
+    static char *names[] = {"record", "finish", "importer", "unaligned", NULL};
     ReplayRecord *r = (ReplayRecord *)alloc(type);
     if (r == NULL) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OO:Replay", names, &r->record, &r->finish))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOO:Replay", names, &r->record, &r->finish, &r->importer,
+                                     &r->unaligned))
         return discard((PyObject *)r, replay_members);
     hold((PyObject *)r, replay_members);
-    if (r->finish != Py_None && !PyCallable_Check(r->finish))
-        return refuse((PyObject *)r, "Replay(finish=) must be callable or None");
+    if ((r->finish != Py_None && !PyCallable_Check(r->finish)) ||
+        (r->importer != Py_None && !PyCallable_Check(r->importer)))
+        return refuse((PyObject *)r, "Replay(finish=, importer=) must be callable or None");
+    if (r->unaligned != Py_None && Py_TYPE(r->unaligned) != type) /* (route.c follows it after this check) */
+        return refuse((PyObject *)r, "Replay(unaligned=) must be a Replay or None");
     if (read_admission(r) < 0) {
         Py_DECREF(r);
         return NULL;
@@ -281,8 +290,9 @@ SLOTS(state, "State(*, target, ready, kind, importer, api, versioned, routes, ca
              "self_import, self_dtypes, stream_query, deferred): a consumer's fast-route state.");
 SLOTS(producer, "Producer(*, kind, handle, guards, alias, relabels, gpu_guards, device_method, device_type, gpu_kind, "
                 "current_device, readonly): how arrays of one type are exported.");
-SLOTS(replay, "Replay(*, record, finish): a stored route: the decision record it replays, whose admission "
-              "(record.admits) it reads once into its fields, and what turns the import into the result.");
+SLOTS(replay, "Replay(*, record, finish, importer, unaligned): a stored route: the decision record it replays, "
+              "whose admission (record.admits) it reads once into its fields, what turns the import into the result, "
+              "the consumer's import for it (None: the State's), and the Replay for data its alignment turns away.");
 
 static PyType_Spec specs[3] = {
     {"dlbridge._accel.State", sizeof(StateRecord), 0, Py_TPFLAGS_DEFAULT, state_slots},

@@ -170,7 +170,7 @@ static int import_capsule(Call *c, DLDataType saved) {
         if (c->capsule == NULL) return settle();
         c->managed = NULL;
     }
-    PyObject *importer = c->state->importer;
+    PyObject *importer = c->replay->importer != Py_None ? c->replay->importer : c->state->importer;
     if (c->state->kind == IMPORT_CARRIER) {
         PyObject *device = c->device_type == 1 && c->device_id == 0 ? g_cpu : NULL;
         PyObject *made = device == NULL ? Py_BuildValue("(ii)", c->device_type, c->device_id) : NULL;
@@ -200,7 +200,8 @@ static int import_x(Call *c) {
     c->handover = 0; /* the consumer may take the capsule from here on */
     DLDataType saved = {(uint8_t)(c->triple & 0xFF), (uint8_t)((c->triple >> 8) & 0xFF),
                         (uint16_t)((c->triple >> 16) & 0xFFFF)};
-    int step = c->state->kind == IMPORT_EXCHANGE && c->versioned ? import_exchange(c) : import_capsule(c, saved);
+    int exchange = c->state->kind == IMPORT_EXCHANGE && c->versioned && c->replay->importer == Py_None;
+    int step = exchange ? import_exchange(c) : import_capsule(c, saved);
     return step == STEP_OK ? finish(c) : step;
 }
 

@@ -284,6 +284,9 @@ int export_x(Call *c) {
 /* Whether the export is a capsule the stored route's record holds for: its Admission, compared field by
  * field (decide() made them; nothing is decided here). c->flags: READ_ONLY ORed in where its Producer's
  * arrays are read-only (read_export). */
+static int aligned(const DLTensor *t, int layout, const ReplayRecord *r) {
+    return layout == LAYOUT_EMPTY || ((uintptr_t)t->data + t->byte_offset) % (uint64_t)r->align == 0;
+}
 static int admitted(const Call *c, const ReplayRecord *r) {
     const DLTensor *t = c->tensor;
     int layout = layout_class(t);
@@ -291,7 +294,7 @@ static int admitted(const Call *c, const ReplayRecord *r) {
     if (t->device.device_type != r->device_type || t->device.device_id != r->device_id) return 0;
     if (!(r->kinds & (c->versioned ? KIND_VERSIONED : KIND_LEGACY))) return 0;
     if (((c->flags & FLAG_READ_ONLY) && !r->readonly_ok) || (t->byte_offset && !r->offset_ok)) return 0;
-    return layout == LAYOUT_EMPTY || ((uintptr_t)t->data + t->byte_offset) % (uint64_t)r->align == 0;
+    return aligned(t, layout, r) != r->misaligned;
 }
 
 /* The stored route for the export's (dtype, fallback, device), if its admission holds; a decline otherwise. */
@@ -316,6 +319,15 @@ int find_route(Call *c) {
         return STEP_DECLINE;
     }
     c->replay = (ReplayRecord *)replay;
+    /* Data on the other side of the record's alignment has a record of its own (the consumer copies it),
+     * admitted the same way. */
+    PyObject *other = c->replay->unaligned; /* a Replay or None (records.c) */
+    int layout = layout_class(t);
+    if (layout != LAYOUT_OTHER && other != Py_None && aligned(t, layout, c->replay) == c->replay->misaligned) {
+        Py_INCREF(other); /* first: the Replay it replaces may hold its last other reference */
+        Py_DECREF(c->replay);
+        c->replay = (ReplayRecord *)other;
+    }
     if (!admitted(c, c->replay)) return STEP_DECLINE;
     if (c->replay->wire != c->triple) write_dtype(c->tensor, c->replay->wire); /* a reinterpret route */
     if (c->replay->clear_readonly && c->flags_at != NULL && (*c->flags_at & FLAG_READ_ONLY)) { /* readonly="drop" */

@@ -195,9 +195,11 @@ def _admission(info: DLPackInfo, target: FastRoute, caps: Capabilities, plan: Pl
     memory itself (``shared_ro``: the route's key says so, its capsule's flag or its producer's), an offset
     only where it needs strides for one (``needs_dense``), a versioned capsule only where it reads legacy
     ones alone (``_refusal``); below the consumer's import alignment its import is another one (the
-    adapter's ``import_alignment``: it copies through the host). ``clear``: READ_ONLY is cleared before
-    the import (``readonly="drop"``, or for a consumer that copies every import)."""
+    adapter's ``import_alignment``: it copies through the host), so a record holds for the capsules on
+    ``info``'s side of that line only (``misaligned``). ``clear``: READ_ONLY is cleared before the import
+    (``readonly="drop"``, or for a consumer that copies every import)."""
     wire, (device_type, device_id) = BY_NAME[plan.wire], info.device
+    align = target.import_alignment(caps)
     return Admission(
         wire=wire.code | wire.bits << 8 | wire.lanes << 16,
         triple=info.code | info.bits << 8 | info.lanes << 16,
@@ -206,8 +208,9 @@ def _admission(info: DLPackInfo, target: FastRoute, caps: Capabilities, plan: Pl
         kinds=KIND_LEGACY | (KIND_VERSIONED if caps.versioned_capsules else 0),
         readonly_ok=caps.readonly_arrays or shared_ro,
         offset_ok=not caps.offset_needs_strides,
-        align=target.import_alignment(caps),
+        align=align,
         clear_readonly=clear,
+        misaligned=bool(info.size) and info.data_ptr % align != 0,  # (empty: aligned, as the route reads it)
     )
 
 

@@ -34,8 +34,9 @@ class Admission(NamedTuple):
     kinds: int  # the capsule kinds: 1 'dltensor', 2 'dltensor_versioned', 3 both
     readonly_ok: bool  # a READ_ONLY capsule gets the same record
     offset_ok: bool  # a byte_offset (without strides) gets the same record
-    align: int  # (data + byte_offset) % align == 0: the consumer's import is the one decided
+    align: int  # (data + byte_offset) % align == 0: the consumer's import is the one decided ...
     clear_readonly: bool = False  # READ_ONLY cleared before the import (readonly="drop", or a consumer that copies)
+    misaligned: bool = False  # ... or, where True, != 0: a record decided for data below the alignment
 
 
 class Handoff(NamedTuple):

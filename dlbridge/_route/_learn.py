@@ -13,6 +13,7 @@ replayed (``Handoff.admits``).
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -25,6 +26,7 @@ from .._options import FALLBACKS, READONLY
 from .._pipeline._devices import home_of
 from .._pipeline._handoff import decide
 from .._pipeline._logical import remembering
+from .._pipeline._plan import Plan
 from ._records import EXPORT_EXCHANGE, EXPORT_FUNCTION, EXPORT_METHOD, Producer, Replay, Routes, State
 from ._specs import SPECS
 
@@ -176,15 +178,26 @@ def _decide(target: FastRoute, caps: Capabilities, key: int) -> Any:
     # capsule it refuses without taking it goes to the pipeline, which says why)
     info = DLPackInfo(name, code, bits, lanes, device_name(device[0]), device[1], (1,), None, 0, 0, readonly, versioned,
                       None, None, device_code=device[0])  # fmt: skip
-    record = decide(info, target, caps, FALLBACKS[fallback], None, None, readonly=READONLY[choice])
+    decided = partial(decide, target=target, caps=caps, fallback=FALLBACKS[fallback], dtype=None, copy=None,
+                      readonly=READONLY[choice])  # fmt: skip
+    record = decided(info)
     if record.admits is None or record.plan is None:
         return None
-    plan = record.plan
+    unaligned = None
+    importer = target.fast_unaligned_import(caps) if device[0] == 1 and record.admits.align > 1 else None
+    if importer is not None:  # host memory below the consumer's alignment: decided again, data 1 byte past
+        below = decided(replace(info, data_ptr=1))
+        if below.admits is not None and below.plan is not None and below.admits.misaligned:
+            unaligned = Replay(record=below, finish=_finish(target, below.plan), importer=importer)
+    return Replay(record=record, finish=_finish(target, record.plan), unaligned=unaligned)
+
+
+def _finish(target: FastRoute, plan: Plan) -> Any:
+    """What turns the consumer's import into the result for ``plan``: a zero-copy relabel, the record of a
+    view's logical dtype (the same the pipeline makes), or None (the import is the result)."""
     if plan.mode == "reinterpret":
-        finish = target.viewer(plan.logical)
-    elif plan.mode == "view":  # the same record of its logical dtype the pipeline makes
+        return target.viewer(plan.logical)
+    if plan.mode == "view":
         wire = BY_NAME[plan.wire]
-        finish = remembering(target.view_memory, plan.logical, wire.bits * wire.lanes, target.fast_view_address())
-    else:
-        finish = None
-    return Replay(record=record, finish=finish)
+        return remembering(target.view_memory, plan.logical, wire.bits * wire.lanes, target.fast_view_address())
+    return None

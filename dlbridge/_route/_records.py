@@ -76,6 +76,8 @@ class _PyReplay:
     _fields: ClassVar[tuple[str, ...]]
     record: Any  # the Handoff decide() made, which this route replays
     finish: Any = None  # turns the import into the result (a zero-copy view), or None
+    importer: Any = None  # how the consumer imports for this record (None: the State's importer)
+    unaligned: Any = None  # the Replay for the capsules this one's alignment turns away (None: the pipeline)
     wire: int = field(init=False)  # the dtype triple the consumer is handed
     triple: int = field(init=False)  # the admission: the capsule's dtype triple, ...
     device_type: int = field(init=False)
@@ -85,20 +87,24 @@ class _PyReplay:
     offset_ok: bool = field(init=False)
     align: int = field(init=False)
     clear_readonly: bool = field(init=False)  # READ_ONLY cleared before the import (Admission.clear_readonly)
+    misaligned: bool = field(init=False)  # data below align admitted, not aligned data (Admission.misaligned)
 
     def __post_init__(self) -> None:
         admits = self.record.admits
         if admits is None:
             raise TypeError("Replay(record=) needs a record whose admits is set")
-        if self.finish is not None and not callable(self.finish):
-            raise TypeError("Replay(finish=) must be callable or None")
+        if (self.finish is not None and not callable(self.finish)) or (self.importer is not None and
+                                                                       not callable(self.importer)):  # fmt: skip
+            raise TypeError("Replay(finish=, importer=) must be callable or None")
+        if self.unaligned is not None and type(self.unaligned) not in (_PyReplay, Replay):
+            raise TypeError("Replay(unaligned=) must be a Replay or None")
         for name in _ADMISSION:
             value = getattr(admits, name)
             object.__setattr__(self, name, int(value) if name in _INTEGERS else bool(value))
 
 
 _ADMISSION = ("wire", "triple", "device_type", "device_id", "kinds", "readonly_ok", "offset_ok", "align",
-              "clear_readonly")  # fmt: skip
+              "clear_readonly", "misaligned")  # fmt: skip
 _INTEGERS = ("wire", "triple", "device_type", "device_id", "kinds", "align")
 
 

@@ -196,11 +196,12 @@ def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int]) ->
     if type(found) is not tuple:
         return found
     triple, replay, saved = found
-    wire, finish = replay.wire, replay.finish
+    wire, finish, importer = replay.wire, replay.finish, replay.importer
     if wire != triple:
         relabel_triple(capsule, wire)
     try:
-        result = state.importer(Carrier(capsule, device) if state.kind == IMPORT_CARRIER else capsule)
+        importer = state.importer if importer is None else importer  # (the record's own: a copy it makes first)
+        result = importer(Carrier(capsule, device) if state.kind == IMPORT_CARRIER else capsule)
     except MemoryError:
         raise
     except Exception:
@@ -239,14 +240,19 @@ def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) 
         replay = state.decide(key)
     # The admission: whether the capsule is one the stored route's record holds for, compared field by field
     # (``decide`` made them; nothing is decided here), as the compiled route's ``admitted`` does. ``flags``:
-    # the capsule's, READ_ONLY ORed in where its Producer's arrays are read-only.
-    if replay is None or layout == OTHER or triple != replay.triple or not replay.kinds & (2 if versioned else 1):
+    # the capsule's, READ_ONLY ORed in where its Producer's arrays are read-only. Data on the other side of the
+    # record's alignment has a record of its own (``unaligned``: the consumer copies it), admitted the same way.
+    if replay is None or layout == OTHER:
+        return _Handover(capsule)
+    if (layout == EMPTY or not (data + offset) % replay.align) is replay.misaligned:
+        replay = replay.unaligned
+        if replay is None or (layout == EMPTY or not (data + offset) % replay.align) is replay.misaligned:
+            return _Handover(capsule)
+    if triple != replay.triple or not replay.kinds & (2 if versioned else 1):
         return _Handover(capsule)
     if device_type != replay.device_type or device_id != replay.device_id:
         return _Handover(capsule)
     if (flags & 1 and not replay.readonly_ok) or (offset and not replay.offset_ok):
-        return _Handover(capsule)
-    if layout != EMPTY and (data + offset) % replay.align:
         return _Handover(capsule)
     cleared = replay.clear_readonly and capsule_flags & 1  # a flag to clear (Admission.clear_readonly says when)
     return triple, replay, rewrite(capsule, None, None, True) if cleared else None
