@@ -502,7 +502,7 @@ def test_default_fallback_and_policy_blocks_switched_between_calls() -> None:
 
 @pytest.mark.skipif(not COMPILED, reason="the compiled module's Routes (pure Python keeps a dict)")
 def test_every_change_to_the_routes_reaches_the_next_conversion() -> None:
-    """The compiled route keeps a small cache in front of a State's routes (``Routes``, records.c): each way of
+    """The compiled route keeps a small cache in front of a State's routes (``Routes``, routes.c): each way of
     changing the mapping empties it, so the next conversion replays what the mapping holds; the dict behind
     it cannot be changed past the cache."""
     pytest.importorskip("torch")

@@ -140,6 +140,8 @@ enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
 enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2, EXPORT_METHOD_LEGACY = 3 };
 extern PyObject *g_state_type, *g_producer_type, *g_replay_type, *g_routes_type;
 int records_init(PyObject *module);
+/* routes.c: Routes, a State's stored routes with the route's cache in front of them */
+int routes_init(PyObject *module);
 PyObject *routes_get(PyObject *routes, long long key, PyObject **made);
 void *exchange_table(PyObject *capsule, void *table);
 

@@ -9,9 +9,9 @@
  *
  * Also: probe() (capsules.c), the capsule reader's Python form; Carrier (carrier.c), a single-use
  * object that hands a ready capsule to consumers that only take objects with __dlpack__; Route
- * (objects.c), the public to_<framework> functions' compiled form; State, Producer, Replay and Routes (a
- * State's stored routes, with the route's cache of them) (records.c); Remember (views.c), the record of a
- * view the route replays.
+ * (objects.c), the public to_<framework> functions' compiled form; State, Producer and Replay (records.c);
+ * Routes, a State's stored routes with the route's cache of them (routes.c); Remember (views.c), the record
+ * of a view the route replays.
  *
  * CPython limited API 3.10 (abi3): one build serves every supported Python.
  */
