@@ -287,9 +287,8 @@ int export_x(Call *c) {
 static int aligned(const DLTensor *t, int layout, const ReplayRecord *r) {
     return layout == LAYOUT_EMPTY || ((uintptr_t)t->data + t->byte_offset) % (uint64_t)r->align == 0;
 }
-static int admitted(const Call *c, const ReplayRecord *r) {
+static int admitted(const Call *c, const ReplayRecord *r, int layout) {
     const DLTensor *t = c->tensor;
-    int layout = layout_class(t);
     if (layout == LAYOUT_OTHER || c->triple != r->triple) return 0;
     if (t->device.device_type != r->device_type || t->device.device_id != r->device_id) return 0;
     if (!(r->kinds & (c->versioned ? KIND_VERSIONED : KIND_LEGACY))) return 0;
@@ -322,13 +321,13 @@ int find_route(Call *c) {
     /* Data on the other side of the record's alignment has a record of its own (the consumer copies it),
      * admitted the same way. */
     PyObject *other = c->replay->unaligned; /* a Replay or None (records.c) */
-    int layout = layout_class(t);
+    int layout = layout_class(t); /* (dense C order, empty, or other: the admission's layout class) */
     if (layout != LAYOUT_OTHER && other != Py_None && aligned(t, layout, c->replay) == c->replay->misaligned) {
         Py_INCREF(other); /* first: the Replay it replaces may hold its last other reference */
         Py_DECREF(c->replay);
         c->replay = (ReplayRecord *)other;
     }
-    if (!admitted(c, c->replay)) return STEP_DECLINE;
+    if (!admitted(c, c->replay, layout)) return STEP_DECLINE;
     if (c->replay->wire != c->triple) write_dtype(c->tensor, c->replay->wire); /* a reinterpret route */
     if (c->replay->clear_readonly && c->flags_at != NULL && (*c->flags_at & FLAG_READ_ONLY)) { /* readonly="drop" */
         *c->flags_at &= ~(uint64_t)FLAG_READ_ONLY;
