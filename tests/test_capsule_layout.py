@@ -89,25 +89,25 @@ def test_layout_class_python_and_compiled(case: str, spec: dict[str, Any], layou
 
 @pytest.mark.parametrize(("case", "spec", "layout"), LAYOUTS, ids=[c[0] for c in LAYOUTS])
 def test_data_address_is_what_read_gives(case: str, spec: dict[str, Any], layout: int) -> None:
-    """``data_address`` (the adapters' data pointer of an exported capsule, read with the probe alone where
-    the layout is one the route replays) is ``read(capsule).data_ptr``, offset included; a capsule ``read``
-    refuses is refused with the same error."""
-    from dlbridge._capsule._read import data_address
+    """``data_address`` and ``memory_of`` (the adapters' data pointer and view memory of an exported capsule,
+    read with the probe alone where the layout is one the route replays) are ``read(capsule).data_ptr`` (offset
+    included) and its shape; a capsule ``read`` refuses is refused with the same error."""
+    from dlbridge._capsule._read import data_address, memory_of
 
     p = _case(**spec)
     try:
-        expected: Any = read(p.__dlpack__()).data_ptr
+        info = read(p.__dlpack__())
+        expected: Any = (info.data_ptr, info.shape)
     except dlbridge.CapsuleError as err:
         expected = type(err)
-    if isinstance(expected, int):
-        assert (
-            data_address(p.__dlpack__())
-            == expected
-            == (p.base + spec.get("offset", 0) if spec.get("data", True) else 0)
-        )
+    if isinstance(expected, tuple):
+        at = p.base + spec.get("offset", 0) if spec.get("data", True) else 0
+        assert data_address(p.__dlpack__()) == expected[0] == at
+        assert memory_of(p.__dlpack__()) == expected == (at, tuple(spec["shape"]))
     else:
-        with pytest.raises(expected):
-            data_address(p.__dlpack__())
+        for reader in (data_address, memory_of):
+            with pytest.raises(expected):
+                reader(p.__dlpack__())
 
 
 # --- the admission: what decide() says a stored route may replay ------------------------------------

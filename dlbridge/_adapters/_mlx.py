@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .._capsule._read import data_address
+from .._capsule._read import data_address, memory_of
 from .._errors import MissingFrameworkError
 from ._base import Adapter, Prober
 from ._fast import FastRoute
@@ -107,6 +107,9 @@ class MlxAdapter(FastRoute, Adapter):
     def data_ptr(self, arr: Any) -> int:
         # MLX has no public data pointer: read it off an exported capsule (freed unconsumed).
         return data_address(arr.__dlpack__())
+
+    def view_memory(self, arr: Any) -> tuple[int, tuple[int, ...]]:
+        return memory_of(arr.__dlpack__())  # (the address and shape from one export)
 
     def copy(self, arr: Any) -> Any:
         out = self.mod.array(arr)  # a new buffer (probe 2026-11-25), same dtype

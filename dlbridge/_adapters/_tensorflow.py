@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from .._capabilities import Capabilities
-from .._capsule._read import DLPackInfo, data_address, read
+from .._capsule._read import DLPackInfo, data_address, memory_of, read
 from .._dtypes import BY_NAME
 from .._errors import DLBridgeError, ProducerError
 from ._base import Adapter, Prober
@@ -283,6 +283,9 @@ class TensorflowAdapter(FastRoute, Adapter):
     def data_ptr(self, arr: Any) -> int:
         # TF has no public data pointer: read it off an exported capsule, freed unconsumed.
         return data_address(self._export_fast(arr))
+
+    def view_memory(self, arr: Any) -> tuple[int, tuple[int, ...]]:
+        return memory_of(self._export_fast(arr))  # (the address and shape from one export)
 
     def copy(self, arr: Any) -> Any:
         # tf.identity forwards the same buffer on one device; DeepCopy always allocates.

@@ -37,9 +37,9 @@ from ._abi import (
     device_name,
 )
 from ._layout import VERSIONED_TENSOR, DLTensor, VersionedHeader
-from ._probe import DATA_AT, LAYOUT_AT, OFFSET_AT, OTHER, probe, tensor_at
+from ._probe import DATA_AT, LAYOUT_AT, OFFSET_AT, OTHER, SHAPE_AT, probe, tensor_at
 
-__all__ = ["DLPackInfo", "CapsuleType", "read", "data_address", "c_strides", "GPU_CODES", "DEVICE_ALIASES",
+__all__ = ["DLPackInfo", "CapsuleType", "read", "data_address", "memory_of", "c_strides", "GPU_CODES", "DEVICE_ALIASES",
            "DEVICE_CODES", "alias_device", "device_name"]  # fmt: skip
 
 
@@ -160,10 +160,16 @@ def data_address(capsule: object) -> int:
     """The address of an unconsumed capsule's first element (``read(capsule).data_ptr``), read with the
     probe alone where its layout is one the route replays (no DLPackInfo made); otherwise ``read`` gives it,
     or says what is wrong with the capsule."""
+    return memory_of(capsule)[0]
+
+
+def memory_of(capsule: object) -> tuple[int, tuple[int, ...]]:
+    """(``data_address``, shape) of an unconsumed capsule, from one read."""
     facts = probe(capsule)
     if facts is not None and facts[LAYOUT_AT] != OTHER:
-        return facts[DATA_AT] + facts[OFFSET_AT]  # type: ignore[no-any-return]
-    return read(capsule).data_ptr
+        return facts[DATA_AT] + facts[OFFSET_AT], facts[SHAPE_AT]
+    info = read(capsule)
+    return info.data_ptr, info.shape
 
 
 def _null(name: bytes) -> NoReturn:
