@@ -180,6 +180,40 @@ def test_no_record_outlives_its_view() -> None:
     assert _logical.live() == before
 
 
+@pytest.mark.parametrize("readonly", [False, True], ids=["writable", "read-only"])
+def test_a_dead_views_record_under_a_reused_id_is_not_the_arrays(readonly: bool, monkeypatch) -> None:
+    """A view that died leaves its record until the next sweep, under an id the next object may get. The
+    pipeline asks whether the record is x's own before it reads x's capsule to recall a dtype: it read it
+    for any record under id(x), and NumPy < 2.1 refuses to export a read-only array, so copy=True was refused
+    (ReadOnlyError) or not, depending on which id the array got."""
+    from dlbridge._pipeline import _stage
+
+    x = np.arange(12, dtype=np.float32)[1:]
+    x.flags.writeable = not readonly
+
+    class Gone:
+        pass
+
+    gone = Gone()
+    ref = _logical._View(gone, _logical._forget)
+    ref.key, ref.logical, ref.memory = id(x), "float8_e4m3fn", (x.ctypes.data, (11,), (1,), 32)
+    del gone  # dead: its callback queued the reference for the next sweep
+    assert ref() is None and not _logical.holds(x)
+    inspected: list[object] = []
+    real = _stage.inspect
+    monkeypatch.setattr(_stage, "inspect", lambda a: inspected.append(a) or real(a))
+    _logical._entries[id(x)] = ref  # x got the dead view's id before the sweep
+    try:
+        for convert in (dlbridge.to_numpy, dlbridge.to_torch):
+            out = convert(x, copy=True)
+            assert str(out.dtype).removeprefix("torch.") == "float32"
+            np.testing.assert_array_equal(np.asarray(out), np.arange(1, 12, dtype=np.float32))
+            assert (out.ctypes.data if isinstance(out, np.ndarray) else out.data_ptr()) != x.ctypes.data
+        assert inspected == [], "x's capsule was read for a record that is not x's"
+    finally:
+        _logical._entries.pop(id(x), None)
+
+
 # --- fallback on every path ----------------------------------------------------------------------
 
 

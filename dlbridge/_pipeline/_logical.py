@@ -46,7 +46,7 @@ from typing import Any
 from .._accelerator import accel
 from .._capsule._read import DLPackInfo
 
-__all__ = ["remember", "remembering", "recall", "live"]
+__all__ = ["remember", "remembering", "holds", "recall", "live"]
 
 _Memory = tuple[int, tuple[int, ...], tuple[int, ...], int]
 
@@ -141,6 +141,13 @@ def remembering(memory_of: Callable[[Any], tuple[int, tuple[int, ...]]], logical
         return view
 
     return finish
+
+
+def holds(x: Any) -> bool:
+    """Whether ``x`` itself is a live view with a record: the question to ask before reading ``x``'s capsule
+    for ``recall``. A record under ``id(x)`` whose view died (not yet swept: ids are reused) is not ``x``'s."""
+    ref = _entries.get(id(x))
+    return ref is not None and ref() is x
 
 
 def recall(x: Any, info: DLPackInfo) -> str | None:

@@ -95,7 +95,7 @@ def _array_stage(x: Any, target: Adapter, fallback: Fallback, dtype: Any, device
             f"to_{target.name}() needs an array that supports DLPack (__dlpack__), got {cls.__module__}."
             f"{cls.__qualname__}; wrap Python data with your framework first (e.g. {HOST.wrap_call})"
         )
-    if dtype is None and _views and id(x) in _views:  # x may be a view dlbridge made (none: one dict test)
+    if dtype is None and _views and _logical.holds(x):  # x is a view dlbridge made (none: one dict test)
         dtype = _logical.recall(x, inspect(x))  # its own memory (the export below may be a copy)
         fallback = recalled_fallback(fallback) if dtype is not None else fallback
     src_dev = device_of(x, source)
