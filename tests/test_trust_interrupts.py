@@ -165,8 +165,12 @@ def _storm(op: Callable[[], Any], runs: int, interval: float) -> tuple[int, int,
     """``op`` ``runs`` times under SIGALRM every ``interval`` seconds, whose handler raises
     KeyboardInterrupt whenever ``op`` or any of dlbridge's code is on the stack (a destructor run
     while the caller drops what an interrupted ``op`` left is one). Returns (raised, reached the
-    caller, dropped). The handler blocks SIGALRM before it counts, and the caller unblocks it before
-    each run: a second handler run inside the first would raise in its place, uncounted."""
+    caller, dropped). The handler blocks SIGALRM before it counts (a second handler run inside the
+    first would raise in its place, uncounted); one that raises leaves it blocked until the caller
+    unblocks it before the next run, one that does not unblocks it before it returns. (Left blocked,
+    a signal that landed between runs kept every later one pending through ``op`` and delivered it
+    in the caller's unblocking call: once ``op`` took longer than ``interval``, on a loaded machine,
+    no interrupt landed in it any more.)"""
     code, alarm = op.__code__, {signal.SIGALRM}
     raised = [0]
 
@@ -178,6 +182,7 @@ def _storm(op: Callable[[], Any], runs: int, interval: float) -> tuple[int, int,
                 raised[0] += 1
                 raise KeyboardInterrupt("storm")
             f = f.f_back
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, alarm)
 
     reached = 0
     previous = signal.signal(signal.SIGALRM, handler)
