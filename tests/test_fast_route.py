@@ -418,6 +418,111 @@ def test_wrong_calls_raise_what_the_function_raises() -> None:
         assert str(got.value) == str(expected.value)
 
 
+_VECTORCALL = """
+import ctypes, json, sys
+sys.path.insert(0, sys.argv[1])
+from dlbridge import _accel
+R = _accel.Route
+def to_x(x, /, *, fallback=None):
+    return (x, fallback)
+f = R([None], to_x)
+offset = ctypes.c_ssize_t.from_address(id(R) + 56).value  # PyTypeObject.tp_vectorcall_offset (a GIL build)
+slot = ctypes.c_void_p.from_address(id(f) + offset).value if offset > 0 else None
+print(json.dumps({"python": sys.version.split()[0], "flag": bool(R.__flags__ & (1 << 11)), "offset": offset > 0,
+                  "function": bool(slot), "call": f(1, fallback=2) == (1, 2),
+                  "shown": hasattr(f, "__vectorcalloffset__") or "__vectorcalloffset__" in dir(f)}))
+"""
+
+
+def _interpreters() -> list[str]:
+    """This Python and every other CPython 3.10+ found on PATH or in pyenv that runs (pyenv's shim fails for a
+    version that is not the active one)."""
+    import glob
+    import shutil
+    import subprocess
+
+    found = [sys.executable]
+    gil_build = "import sys; assert not hasattr(sys, '_is_gil_enabled') or sys._is_gil_enabled()"
+    for minor in range(10, 15):
+        if minor == sys.version_info[1]:
+            continue
+        pyenv = glob.glob(os.path.expanduser(f"~/.pyenv/versions/3.{minor}*/bin/python3.{minor}"))
+        for exe in filter(None, [shutil.which(f"python3.{minor}"), *pyenv]):
+            if subprocess.run([exe, "-c", gil_build], capture_output=True).returncode == 0:
+                found.append(exe)
+                break
+    return found
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled module is not loaded (the Python functions are themselves)")
+def test_a_route_takes_vector_calls_on_every_python(tmp_path: Path) -> None:
+    """The Route type sets CPython's vectorcall flag and offset through the limited API's 3.12 spelling; the
+    abi3 module built here is loaded by each interpreter found (3.10 on), which must read them."""
+    import shutil
+    import subprocess
+
+    package = tmp_path / "dlbridge"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    shutil.copy(_accelerator.accel.__file__, package)
+    want = {"flag": True, "offset": True, "function": True, "call": True, "shown": False}
+    seen = []
+    for exe in _interpreters():
+        proc = subprocess.run([exe, "-c", _VECTORCALL, str(tmp_path)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, (exe, proc.stderr[-2000:])
+        got = json.loads(proc.stdout)
+        seen.append(got.pop("python"))
+        assert got == want, (exe, seen[-1], got)
+    print("vector calls on Python", ", ".join(seen))
+
+
+def test_every_way_of_calling_replays_the_route() -> None:
+    """A Route takes its arguments by vector call (the call site's own stack), and by tuple and dict where a
+    caller has them so (``f.__call__``): every way of calling it, with each keyword the route reads,
+    replays the stored route (the pipeline is not asked) and gives the same memory with the true dtype; and
+    every keyword reaches the conversion."""
+    import functools
+
+    torch = need("torch")
+    f = dlbridge.to_torch
+    ways: dict[str, Any] = {
+        "f(x, **kw)": lambda x, kw: f(x, **kw),
+        "f(*args, **kw)": lambda x, kw: f(*[x], **kw),
+        "f.__call__": lambda x, kw: f.__call__(x, **kw),
+        "partial": lambda x, kw: functools.partial(f, **kw)(x),
+        "map": lambda x, kw: next(map(functools.partial(f, **kw), [x])),
+    }
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    keywords: list[dict[str, Any]] = [
+        {},
+        {"fallback": "raise"},
+        {"readonly": "keep"},
+        {"fallback": "view", "readonly": "drop", "dtype": None, "device": None, "copy": None, "stream": None},
+    ]
+    for kw in keywords:
+        f(x, **kw)  # the route learns this (fallback, readonly)
+        with counting_declines() as declined:
+            for way, call in ways.items():
+                out = call(x, kw)
+                assert isinstance(out, torch.Tensor) and out.dtype == torch.float32, (way, kw)
+                assert ptr(out) == ptr(x) and np.array_equal(out.numpy(), x), (way, kw)
+        assert declined["torch"] == 0, f"{dict(declined)} calls took the pipeline with {kw}"
+    for way, call in ways.items():  # a keyword the route does not replay reaches the pipeline (a relabel)
+        out = call(x, {"dtype": "int32"})
+        assert out.dtype == torch.int32 and np.array_equal(out.numpy(), x.view(np.int32)), way
+        assert ptr(out) == ptr(x), way
+    if np.lib.NumpyVersion(np.__version__) < "2.1.0":
+        return  # (older NumPy refuses to export a read-only array)
+    frozen = x.copy()  # readonly= decides whether read-only memory may reach torch, which has no read-only tensors
+    frozen.flags.writeable = False
+    for _ in range(2):  # (learnt, then replayed)
+        for way, call in ways.items():
+            with pytest.raises(dlbridge.ReadOnlyError):
+                call(frozen, {})
+            out = call(frozen, {"readonly": "drop"})
+            assert ptr(out) == ptr(frozen) and np.array_equal(out.numpy(), frozen), way
+
+
 def test_fallback_none_is_not_given() -> None:
     torch = need("torch")
     with warnings.catch_warnings():  # "ComplexHalf support is experimental"

@@ -152,6 +152,9 @@ extern PyObject *g_views;         /* dict: id(view) -> record (_logical._entries
 extern PyObject *g_default;       /* list [fallback name or None]: the default when no scope is open */
 extern PyObject *g_fallbacks;     /* tuple of the fallback names, index = route key bits 32..35 */
 extern PyObject *g_readonly;      /* tuple of the readonly= names ("keep", "drop"), index = route key bit 36 */
+extern PyObject *g_fallback_names[15]; /* g_fallbacks' items (borrowed from it), read without a call */
+extern Py_ssize_t g_fallback_count;
+extern PyObject *g_readonly_names[2];  /* g_readonly's items (borrowed from it) */
 extern PyObject *g_not_given;     /* the NOT_GIVEN sentinel */
 extern PyObject *g_get_default;   /* get_default_fallback(): when the cell is None */
 extern PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
@@ -169,6 +172,7 @@ extern PyObject *g_carrier_type;
  * twin of dlbridge/_capsule/_probe.py), and capsules around exchange-API exports */
 typedef struct {
     DLTensor *tensor;       /* inside the capsule's struct */
+    DLManagedTensorVersioned *managed; /* the capsule's struct where versioned, else NULL */
     uint64_t *flags;        /* NULL for a legacy capsule */
     uint32_t major, minor;  /* 0, 0 for a legacy capsule */
     int versioned;

@@ -71,6 +71,7 @@ int view_capsule(PyObject *capsule, CapsuleView *view) {
         if (managed->version.major != 1) return 0; /* DLPack: read nothing past the version of another major */
         view->major = managed->version.major;
         view->minor = managed->version.minor;
+        view->managed = managed;
         view->flags = &managed->flags;
         view->has_deleter = managed->deleter != NULL;
         t = &managed->dl_tensor;

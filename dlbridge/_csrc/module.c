@@ -24,6 +24,9 @@ PyObject *g_views;         /* dict: id(view) -> record (_logical._entries) */
 PyObject *g_default;       /* list [fallback name or None]: the default when no scope is open */
 PyObject *g_fallbacks;     /* tuple of the fallback names, index = route key bits 32..35 */
 PyObject *g_readonly;      /* tuple of the readonly= names ("keep", "drop"), index = route key bit 36 */
+PyObject *g_fallback_names[15]; /* g_fallbacks' items (borrowed from it), read without a call */
+Py_ssize_t g_fallback_count;
+PyObject *g_readonly_names[2];  /* g_readonly's items (borrowed from it) */
 PyObject *g_not_given;     /* the NOT_GIVEN sentinel */
 PyObject *g_get_default;   /* get_default_fallback(): when the cell is None */
 PyObject *g_versioned_kw;  /* {"max_version": (1, 3)} */
@@ -67,6 +70,9 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     XSETREF(g_views, views);
     XSETREF(g_default, cell);
     XSETREF(g_fallbacks, fallbacks);
+    g_fallback_count = PyTuple_Size(fallbacks);
+    for (Py_ssize_t i = 0; i < g_fallback_count; i++) g_fallback_names[i] = PyTuple_GetItem(fallbacks, i);
+    for (Py_ssize_t i = 0; i < 2; i++) g_readonly_names[i] = PyTuple_GetItem(readonly, i);
     XSETREF(g_not_given, not_given);
     Py_RETURN_NONE;
 }
@@ -102,7 +108,10 @@ PyMODINIT_FUNC PyInit__accel(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (route_type == NULL || PyModule_AddObject(m, "Route", route_type) < 0) {
+    /* (the vectorcall member has set the type's offset: out of the namespace, so that a Route does not show
+     * its function pointer as an attribute) */
+    if (route_type == NULL || PyObject_DelAttrString(route_type, "__vectorcalloffset__") < 0 ||
+        PyModule_AddObject(m, "Route", route_type) < 0) {
         Py_XDECREF(route_type);
         Py_DECREF(m);
         return NULL;

@@ -2,35 +2,77 @@
 #include "accel.h"
 
 /* --- Route: a public conversion function (to_numpy, ...) whose call enters convert() directly ---- */
-typedef struct { PyObject_HEAD PyObject *spec; PyObject *wrapped; PyObject *doc; } Route;
+
+/* The vectorcall protocol (PEP 590) for a heap type: a "__vectorcalloffset__" member and this flag, as the
+ * limited API spells them from Python 3.12 on ("What's New In Python 3.12": Py_TPFLAGS_HAVE_VECTORCALL and
+ * vectorcallfunc added to the limited API). CPython 3.10 and 3.11 read the same member and flag (dlbridge's
+ * tests check that a Route takes vector calls on each Python it supports); their limited headers do not
+ * name them, so this 3.10 abi3 build does. A call then hands the route its arguments as they lie on the
+ * caller's stack, with no tuple or dict made for them. */
+#define ROUTE_HAVE_VECTORCALL (1UL << 11)
+#define ROUTE_ARGUMENTS_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))
+typedef PyObject *(*RouteVectorcall)(PyObject *, PyObject *const *, size_t, PyObject *);
+
+typedef struct { PyObject_HEAD RouteVectorcall vectorcall; PyObject *spec; PyObject *wrapped; PyObject *doc; } Route;
 
 static PyObject *g_keywords[6]; /* fallback, dtype, device, copy, stream, readonly: args[2..7] of convert() */
 
-static PyObject *route_call(PyObject *obj, PyObject *args, PyObject *kwargs) {
-    Route *self = (Route *)obj;
-    PyObject *argv[8] = {self->spec, NULL, g_not_given ? g_not_given : Py_None, Py_None, Py_None, Py_None, Py_None,
-                         NULL};
-    /* Not configured yet: the route's Python side loads with the first conversion (dlbridge/_api.py), which
-     * the function does; its TypeError for a call it cannot read. */
-    if (g_pipeline == NULL || PyTuple_Size(args) != 1) return PyObject_Call(self->wrapped, args, kwargs);
-    argv[1] = PyTuple_GetItem(args, 0);
-    argv[7] = PyTuple_GetItem(g_readonly, 0); /* "keep" */
-    if (kwargs != NULL) {
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(kwargs, &pos, &key, &value)) {
-            int found = 0;
-            for (int i = 0; i < 6 && !found; i++) {
-                if (key == g_keywords[i] || PyUnicode_Compare(key, g_keywords[i]) == 0) {
-                    argv[2 + i] = value;
-                    found = 1;
-                }
-            }
-            if (PyErr_Occurred()) return NULL;
-            if (!found) return PyObject_Call(self->wrapped, args, kwargs); /* its TypeError */
+/* convert()'s arguments for a call of x alone; keyword values are placed by place_keyword(). */
+static void route_args(Route *self, PyObject *x, PyObject *argv[8]) {
+    argv[0] = self->spec;
+    argv[1] = x;
+    argv[2] = g_not_given ? g_not_given : Py_None;
+    argv[3] = argv[4] = argv[5] = argv[6] = Py_None;
+    argv[7] = g_readonly_names[0]; /* "keep" */
+}
+
+/* A keyword argument into argv: 1, or 0 where it is not one of the route's keywords. */
+static int place_keyword(PyObject *argv[8], PyObject *key, PyObject *value) {
+    for (int i = 0; i < 6; i++) {
+        if (key == g_keywords[i] || (PyUnicode_Check(key) && PyUnicode_Compare(key, g_keywords[i]) == 0)) {
+            argv[2 + i] = value;
+            return 1;
         }
     }
+    return 0;
+}
+
+/* Not configured yet: the route's Python side loads with the first conversion (dlbridge/_api.py), which
+ * the function does; so does a call the route cannot read (the function's TypeError). */
+static PyObject *route_call(PyObject *obj, PyObject *args, PyObject *kwargs) {
+    Route *self = (Route *)obj;
+    if (g_pipeline == NULL || PyTuple_Size(args) != 1) return PyObject_Call(self->wrapped, args, kwargs);
+    PyObject *argv[8];
+    route_args(self, PyTuple_GetItem(args, 0), argv);
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (kwargs != NULL && PyDict_Next(kwargs, &pos, &key, &value))
+        if (!place_keyword(argv, key, value)) return PyObject_Call(self->wrapped, args, kwargs);
     return convert(NULL, argv, 8);
+}
+
+/* The same call from a vector of arguments (positional, then the values of the keywords named in
+ * `kwnames`); anything it does not read goes to route_call as a tuple and a dict. */
+static PyObject *route_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Route *self = (Route *)obj;
+    Py_ssize_t nargs = (Py_ssize_t)(nargsf & ~ROUTE_ARGUMENTS_OFFSET);
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    PyObject *argv[8];
+    int read = g_pipeline != NULL && nargs == 1 && nkw >= 0;
+    if (read) route_args(self, args[0], argv);
+    for (Py_ssize_t i = 0; read && i < nkw; i++) read = place_keyword(argv, PyTuple_GetItem(kwnames, i), args[1 + i]);
+    if (read) return convert(NULL, argv, 8);
+    PyObject *tuple = nargs >= 0 ? PyTuple_New(nargs) : NULL, *dict = nkw > 0 ? PyDict_New() : NULL, *result = NULL;
+    int ok = tuple != NULL && (nkw == 0 || dict != NULL);
+    for (Py_ssize_t i = 0; ok && i < nargs; i++) {
+        Py_INCREF(args[i]);
+        ok = PyTuple_SetItem(tuple, i, args[i]) == 0;
+    }
+    for (Py_ssize_t i = 0; ok && i < nkw; i++) ok = PyDict_SetItem(dict, PyTuple_GetItem(kwnames, i), args[nargs + i]) == 0;
+    if (ok) result = route_call(obj, tuple, dict);
+    Py_XDECREF(tuple);
+    Py_XDECREF(dict);
+    return result;
 }
 
 static PyObject *route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -49,6 +91,7 @@ static PyObject *route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_INCREF(wrapped);
     self->spec = spec;
     self->wrapped = wrapped;
+    self->vectorcall = route_vectorcall;
     return (PyObject *)self;
 }
 
@@ -105,6 +148,7 @@ static PyObject *route_get(PyObject *obj, PyObject *instance, PyObject *owner) {
 /* __doc__ as an instance member, so that lookups bypassing getattro (pydoc) find the function's. */
 static PyMemberDef route_members[] = {
     {"__doc__", T_OBJECT, offsetof(Route, doc), READONLY, NULL},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Route, vectorcall), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -120,7 +164,8 @@ static PyType_Slot route_slots[] = {
     {0, NULL},
 };
 
-PyType_Spec route_spec = {"dlbridge._accel.Route", sizeof(Route), 0, Py_TPFLAGS_DEFAULT, route_slots};
+PyType_Spec route_spec = {"dlbridge._accel.Route", sizeof(Route), 0, Py_TPFLAGS_DEFAULT | ROUTE_HAVE_VECTORCALL,
+                          route_slots};
 
 int objects_init(void) {
     const char *keywords[6] = {"fallback", "dtype", "device", "copy", "stream", "readonly"};

@@ -47,6 +47,16 @@ static int handover(Call *c, PyObject **given) {
     return 0;
 }
 
+/* `given`'s index among `names` (the canonical name objects, then an equal exact str: two str always
+ * compare), or -1. */
+static long name_index(PyObject *given, PyObject *const *names, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (names[i] == given) return (long)i;
+    for (Py_ssize_t i = 0; i < count && PyUnicode_CheckExact(given); i++)
+        if (PyUnicode_Compare(names[i], given) == 0) return (long)i;
+    return -1;
+}
+
 /* fallback= as the index of its canonical name; anything else (a str subclass, an array): decline. */
 static int find_fallback(Call *c) {
     PyObject *fallback = c->args[2], *asked = NULL;
@@ -59,13 +69,7 @@ static int find_fallback(Call *c) {
             fallback = asked;
         }
     }
-    c->fallback = -1;
-    Py_ssize_t count = PyTuple_Size(g_fallbacks);
-    for (Py_ssize_t i = 0; i < count && c->fallback < 0; i++) {
-        PyObject *name = PyTuple_GetItem(g_fallbacks, i);
-        if (name == fallback) c->fallback = (long)i;
-        else if (PyUnicode_CheckExact(fallback) && PyUnicode_Compare(name, fallback) == 0) c->fallback = (long)i;
-    }
+    c->fallback = name_index(fallback, g_fallback_names, g_fallback_count);
     Py_XDECREF(asked);
     return c->fallback < 0 ? STEP_DECLINE : STEP_OK;
 }
@@ -73,13 +77,7 @@ static int find_fallback(Call *c) {
 /* readonly= as the index of its canonical name ("keep" is the default); anything else: decline (the
  * pipeline says what is valid). */
 static int find_readonly(Call *c) {
-    PyObject *readonly = c->args[7];
-    c->readonly = -1;
-    for (Py_ssize_t i = 0; i < 2 && c->readonly < 0; i++) {
-        PyObject *name = PyTuple_GetItem(g_readonly, i);
-        if (name == readonly) c->readonly = (long)i;
-        else if (PyUnicode_CheckExact(readonly) && PyUnicode_Compare(name, readonly) == 0) c->readonly = (long)i;
-    }
+    c->readonly = name_index(c->args[7], g_readonly_names, 2);
     return c->readonly < 0 ? STEP_DECLINE : STEP_OK;
 }
 
@@ -150,8 +148,8 @@ static int import_exchange(Call *c) {
     DLPackExchangeAPI *api = exchange_table(c->state->api, c->state->api_table);
     if (api == NULL || api->header.version.major != 1) return settle();
     DLManagedTensorVersioned *taken = c->managed;
-    if (taken == NULL) {
-        taken = PyCapsule_GetPointer(c->capsule, VERSIONED);
+    if (taken == NULL) { /* the capsule's tensor as the reader found it, unless Python ran since (find_route) */
+        taken = c->in_capsule != NULL ? c->in_capsule : PyCapsule_GetPointer(c->capsule, VERSIONED);
         if (taken == NULL) return settle();
         if (PyCapsule_SetName(c->capsule, USED_VERSIONED) < 0) return settle();
     }
@@ -235,7 +233,7 @@ PyObject *convert(PyObject *module, PyObject *const *given_args, Py_ssize_t narg
     PyObject *const *args = given_args;
     if (nargs == 7) {
         memcpy(full, given_args, 7 * sizeof(PyObject *));
-        full[7] = g_readonly != NULL ? PyTuple_GetItem(g_readonly, 0) : Py_None; /* "keep" */
+        full[7] = g_readonly != NULL ? g_readonly_names[0] : Py_None; /* "keep" */
         args = full;
     }
     Call c;

@@ -14,6 +14,7 @@ struct Call {
     PyObject *result;                   /* what the caller gets */
     DLManagedTensorVersioned *managed;  /* an exchange-API export, until a capsule or consumer owns it */
     DLTensor *tensor;                   /* the exported tensor (inside capsule or managed) */
+    DLManagedTensorVersioned *in_capsule; /* the versioned tensor the capsule holds, as the reader found it */
     long long triple;                   /* the exported dtype: code | bits << 8 | lanes << 16 */
     uint64_t flags;                     /* the export's DLPack flags (0 for a legacy capsule), READ_ONLY ORed in
                                            where its Producer's arrays are read-only */

@@ -253,7 +253,7 @@ static void write_dtype(DLTensor *t, long long triple) {
 
 /* The export's tensor, read by the capsule reader (c->tensor, versioned, flags, triple). */
 int read_export(Call *c, long long forced) {
-    CapsuleView view = {NULL, NULL, 1, 0, 1, 1};
+    CapsuleView view = {.major = 1, .versioned = 1, .has_deleter = 1};
     if (c->managed != NULL) {
         view.tensor = &c->managed->dl_tensor;
         view.flags = &c->managed->flags;
@@ -261,6 +261,7 @@ int read_export(Call *c, long long forced) {
         return STEP_DECLINE; /* a capsule the reader does not describe: the pipeline says what is wrong */
     }
     c->tensor = view.tensor;
+    c->in_capsule = view.managed;
     c->versioned = view.versioned;
     c->flags_at = view.flags;
     c->flags = view.flags != NULL ? *view.flags : 0;
@@ -310,7 +311,10 @@ int find_route(Call *c) {
     PyObject *key = NULL, *replay = routes_get(c->state->routes, c->triple | (options << 32) |
                                                ((long long)t->device.device_type << 40) |
                                                ((long long)t->device.device_id << 48), &key);
-    if (replay == NULL && key != NULL) replay = PyObject_CallFunctionObjArgs(c->state->decide, key, NULL);
+    if (replay == NULL && key != NULL) {
+        c->in_capsule = NULL; /* Python runs: the import reads the capsule again (another thread may take it) */
+        replay = PyObject_CallFunctionObjArgs(c->state->decide, key, NULL);
+    }
     Py_XDECREF(key);
     if (replay == NULL) return settle();
     if (Py_TYPE(replay) != (PyTypeObject *)g_replay_type) { /* None: the pipeline decides each time */
