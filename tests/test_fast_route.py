@@ -448,7 +448,11 @@ def _interpreters() -> list[str]:
             continue
         pyenv = glob.glob(os.path.expanduser(f"~/.pyenv/versions/3.{minor}*/bin/python3.{minor}"))
         for exe in filter(None, [shutil.which(f"python3.{minor}"), *pyenv]):
-            if subprocess.run([exe, "-c", gil_build], capture_output=True).returncode == 0:
+            try:
+                runs = subprocess.run([exe, "-c", gil_build], capture_output=True, timeout=30).returncode == 0
+            except subprocess.TimeoutExpired:  # (ended by run: an interpreter that hangs is not one to test)
+                runs = False
+            if runs:
                 found.append(exe)
                 break
     return found
