@@ -86,6 +86,8 @@ typedef struct {
     char deferred;          /* it asks a GPU producer for the capsule itself, with its own stream */
     void *api_table;        /* (C only) api's DLPackExchangeAPI, read once (NULL: not such a capsule) */
 } StateRecord;
+#define RELABEL_KINDS 16
+#define KIND_BIT(kind) ((uint64_t)1 << (((uintptr_t)(kind) >> 6) & 63))
 typedef struct {
     PyObject_HEAD
     PyObject *handle;         /* the exchange API capsule, or the export function */
@@ -104,6 +106,17 @@ typedef struct {
     PyObject *method_type, *method;
     /* (C only, with method) its C function where it takes METH_FASTCALL | METH_KEYWORDS, else NULL */
     void *fastcall;
+    /* (C only, set on first use: attributes.c's read_dtype) the type whose dtype was looked up, and the getset
+     * its class defines for it where getattr(x, "dtype") always calls that (else None), with its getter */
+    PyObject *dtype_type, *dtype_getset;
+    descrgetfunc dtype_get;
+    /* (C only, made with the record) the classes of relabels' keys: the route looks up only a dtype of one of
+     * these classes (the keys are ml_dtypes' NumPy dtypes, which equal no dtype of another class; one that
+     * did would be exported as it is, labelled or refused by its producer); -1: more than RELABEL_KINDS
+     * classes, every dtype is looked up */
+    PyObject *relabel_kinds[RELABEL_KINDS];
+    int relabel_kind_count;
+    uint64_t relabel_kind_mask; /* KIND_BIT of each of those classes: a class whose bit is clear is none of them */
     /* (C only, made with the record) its guards and gpu_guards read once, each where every guard is a tuple
      * (attribute or object, True or False, expected[, unless]); NULL: check_guards reads the tuple itself */
     struct Guard *checks, *gpu_checks;

@@ -94,6 +94,9 @@ static void producer_dealloc(PyObject *o) {
     Py_CLEAR(p->method_type);
     Py_CLEAR(p->method);
     p->fastcall = NULL;
+    Py_CLEAR(p->dtype_type);
+    Py_CLEAR(p->dtype_getset);
+    p->dtype_get = NULL;
     release(o, producer_members);
 }
 static void replay_dealloc(PyObject *o) { release(o, replay_members); }
@@ -189,6 +192,23 @@ static int prepare(PyObject *guards, Guard **out) {
     return 0;
 }
 
+/* The classes of the relabels' keys (borrowed: each key holds its class), at most RELABEL_KINDS of them;
+ * else -1, and the route looks every dtype up. Read once: the route matches a dtype's class against them
+ * before it hashes the dtype. */
+static void relabel_kinds(ProducerRecord *p) {
+    PyObject *key, *value;
+    Py_ssize_t at = 0;
+    p->relabel_kind_count = 0;
+    p->relabel_kind_mask = 0;
+    while (p->relabels != Py_None && p->relabel_kind_count >= 0 && PyDict_Next(p->relabels, &at, &key, &value)) {
+        int n = p->relabel_kind_count, known = 0;
+        for (int i = 0; i < n && !known; i++) known = p->relabel_kinds[i] == (PyObject *)Py_TYPE(key);
+        if (!known && n == RELABEL_KINDS) p->relabel_kind_count = -1;
+        if (!known && n < RELABEL_KINDS) p->relabel_kinds[p->relabel_kind_count++] = (PyObject *)Py_TYPE(key);
+        p->relabel_kind_mask |= KIND_BIT(Py_TYPE(key));
+    }
+}
+
 static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"kind", "handle", "guards", "alias", "relabels", "gpu_guards", "device_method",
                             "device_type", "gpu_kind", "current_device", "readonly", NULL};
@@ -214,6 +234,7 @@ static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         return refuse((PyObject *)p, "Producer(alias=) must be a str or None");
     if (p->relabels != Py_None && !PyDict_Check(p->relabels))
         return refuse((PyObject *)p, "Producer(relabels=) must be a dict or None");
+    relabel_kinds(p);
     if (prepare(p->guards, &p->checks) < 0 || prepare(p->gpu_guards, &p->gpu_checks) < 0) {
         Py_DECREF(p);
         return NULL;

@@ -131,7 +131,7 @@ static int begin(Call *c) {
 /* x of the target's own array type: its alias, for dtypes the pipeline took as they are. */
 static int self_import(Call *c) {
     PyObject *x = c->args[1];
-    PyObject *dtype = PyObject_GetAttr(x, g_dtype);
+    PyObject *dtype = read_dtype(c, x);
     if (dtype == NULL) return settle();
     PyObject *dtypes = c->state->self_dtypes; /* a list (records.c); matched by identity, as _route.py does */
     int known = 0;

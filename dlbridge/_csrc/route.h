@@ -1,4 +1,5 @@
-/* The route's call (route.c) and the steps its GPU half (gpu.c) shares with it. Private to those two. */
+/* The route's call (route.c) and the steps its GPU half (gpu.c) shares with it (steps.c, attributes.c).
+ * Private to those. */
 #ifndef DLBRIDGE_ROUTE_H
 #define DLBRIDGE_ROUTE_H
 #include "accel.h"
@@ -37,5 +38,7 @@ int export_managed(Call *c, PyObject *source, int want_versioned);
 int find_route(Call *c);
 int finish(Call *c);
 PyObject *export_source(Call *c, long long *forced);
+PyObject *call_dunder(Call *c, PyObject *source, int versioned);
+PyObject *read_dtype(Call *c, PyObject *x);
 
 #endif

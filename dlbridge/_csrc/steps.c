@@ -90,10 +90,15 @@ int check_guards(Call *c, PyObject *guards) {
  * export; for a relabelled dtype *forced is the dtype triple its capsule gets (its export labels it wrongly,
  * or it is the view's). A new reference, or NULL with an error. */
 PyObject *export_source(Call *c, long long *forced) {
-    PyObject *x = c->args[1], *relabels = c->producer->relabels, *alias = c->producer->alias;
-    if (relabels != Py_None && PyDict_Size(relabels) > 0) { /* a dict or None (records.c) */
-        PyObject *dtype = PyObject_GetAttr(x, g_dtype);
-        PyObject *entry = dtype ? PyDict_GetItemWithError(relabels, dtype) : NULL;
+    ProducerRecord *p = c->producer;
+    PyObject *x = c->args[1], *relabels = p->relabels, *alias = p->alias;
+    if (p->relabel_kind_count != 0) { /* relabels: a non-empty dict (records.c) */
+        PyObject *dtype = read_dtype(c, x), *entry = NULL;
+        PyObject *kind = dtype != NULL ? (PyObject *)Py_TYPE(dtype) : NULL, *const *kinds = p->relabel_kinds;
+        int count = p->relabel_kind_count, maybe = count < 0 && dtype != NULL;
+        if (!(p->relabel_kind_mask & KIND_BIT(kind))) count = 0; /* none of the keys' classes */
+        for (int i = 0; i < count; i++) maybe |= kinds[i] == kind;
+        if (maybe) entry = PyDict_GetItemWithError(relabels, dtype);
         Py_XINCREF(entry);
         Py_XDECREF(dtype);
         if (entry != NULL) {
@@ -126,110 +131,6 @@ int export_managed(Call *c, PyObject *source, int want_versioned) {
     c->managed = NULL;
     c->capsule = legacy_capsule(managed); /* owns managed from here, also on failure */
     return c->capsule != NULL ? STEP_OK : settle();
-}
-
-/* A method descriptor (a C method of a class), as `type(str.join)` is. */
-static PyObject *g_method_descriptor;
-
-/* `type`'s own __dlpack__ where getattr(x, "__dlpack__") is that method bound to x for every x of exactly
- * `type`, and always will be: an immutable class (nothing can be set on it) whose own namespace holds a C
- * method, instances without a __dict__, the generic attribute lookup, and the metaclass `type`. Then calling
- * it with x first is calling the bound method (without making one). A new reference, Py_None where not so,
- * NULL with an error. */
-static PyObject *own_method(PyObject *type) {
-    PyTypeObject *t = (PyTypeObject *)type;
-    if (Py_TYPE(type) != &PyType_Type || !(PyType_GetFlags(t) & Py_TPFLAGS_IMMUTABLETYPE) ||
-        PyType_GetSlot(t, Py_tp_getattro) != (void *)PyObject_GenericGetAttr)
-        Py_RETURN_NONE;
-    if (g_method_descriptor == NULL) {
-        PyObject *join = PyObject_GetAttrString((PyObject *)&PyUnicode_Type, "join");
-        if (join == NULL) return NULL;
-        g_method_descriptor = (PyObject *)Py_TYPE(join);
-        Py_INCREF(g_method_descriptor);
-        Py_DECREF(join);
-    }
-    PyObject *offset = PyObject_GetAttrString(type, "__dictoffset__");
-    long dict_offset = offset != NULL ? PyLong_AsLong(offset) : -1;
-    Py_XDECREF(offset);
-    if (dict_offset == -1 && PyErr_Occurred()) return NULL;
-    PyObject *space = dict_offset == 0 ? PyObject_GetAttrString(type, "__dict__") : NULL;
-    if (space == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    PyObject *method = PyMapping_GetItemString(space, "__dlpack__");
-    Py_DECREF(space);
-    if (method == NULL && PyErr_ExceptionMatches(PyExc_KeyError)) PyErr_Clear();
-    if (method == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    if ((PyObject *)Py_TYPE(method) != g_method_descriptor) SETREF(method, Py_NewRef(Py_None));
-    return method;
-}
-
-/* The C function of `method` (own_method()'s) where it takes METH_FASTCALL | METH_KEYWORDS, read from its
- * binding to `source` (a builtin method of the same method definition); NULL where not so, or with an error. */
-static void *fastcall_of(PyObject *source) {
-    PyObject *bound = PyObject_GetAttr(source, g_dunder);
-    void *function = NULL;
-    if (bound != NULL && PyCFunction_Check(bound) && PyCFunction_GetSelf(bound) == source &&
-        PyCFunction_GetFlags(bound) == (METH_FASTCALL | METH_KEYWORDS))
-        function = (void *)PyCFunction_GetFunction(bound);
-    Py_XDECREF(bound);
-    return function;
-}
-
-typedef PyObject *(*FastWithKeywords)(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
-
-/* The class's own method called as CPython's method descriptor calls it (methodobject.c's
- * cfunction_vectorcall_FASTCALL_KEYWORDS): the recursion check, the C function with the keyword names,
- * and a result without an error turned into one (as _Py_CheckFunctionResult does). */
-static PyObject *call_fast(void *function, PyObject *source, int versioned) {
-    PyObject *args[1] = {g_version};
-    if (Py_EnterRecursiveCall(" while calling a Python object")) return NULL;
-    PyObject *capsule = ((FastWithKeywords)function)(source, args, 0, versioned ? g_versioned_names : NULL);
-    Py_LeaveRecursiveCall();
-    if (capsule == NULL && !PyErr_Occurred())
-        PyErr_SetString(PyExc_SystemError, "__dlpack__ returned NULL without setting an exception");
-    return capsule;
-}
-
-/* x.__dlpack__(**kwargs) for the Producer's EXPORT_METHOD kinds: through the class's own method where
- * own_method() found one for x's exact type (remembered in the Producer the first time), its C function
- * called directly where it takes keywords by vector (NumPy's), else getattr. */
-static PyObject *call_dunder(Call *c, PyObject *source, int versioned) {
-    ProducerRecord *p = c->producer;
-    PyObject *type = (PyObject *)Py_TYPE(source), *kwargs = versioned ? g_versioned_kw : NULL;
-    if (p->method_type == NULL) {
-        PyObject *method = own_method(type);
-        void *function = method != NULL && method != Py_None ? fastcall_of(source) : NULL;
-        if ((method == NULL || PyErr_Occurred()) && settle() == STEP_ERROR) { /* (an Exception: getattr) */
-            Py_XDECREF(method);
-            return NULL;
-        }
-        if (method != NULL && p->method_type == NULL) { /* (not set meanwhile by a call the lookup ran) */
-            Py_INCREF(type);
-            p->method_type = type;
-            p->method = method;
-            p->fastcall = function;
-        } else {
-            Py_XDECREF(method);
-        }
-    }
-    if (p->method_type == type && p->fastcall != NULL) return call_fast(p->fastcall, source, versioned);
-    if (p->method_type == type && p->method != Py_None) {
-        PyObject *method = p->method, *args = PyTuple_Pack(1, source), *capsule = NULL;
-        Py_INCREF(method); /* owned across the call into Python */
-        if (args != NULL) capsule = PyObject_Call(method, args, kwargs);
-        Py_XDECREF(args);
-        Py_DECREF(method);
-        return capsule;
-    }
-    PyObject *method = PyObject_GetAttr(source, g_dunder);
-    PyObject *capsule = method ? PyObject_Call(method, g_empty, kwargs) : NULL;
-    Py_XDECREF(method);
-    return capsule;
 }
 
 /* The producer's export of host memory `source` into c->managed (exchange API) or c->capsule. */
