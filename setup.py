@@ -20,6 +20,7 @@ setup(
                 "dlbridge/_csrc/gpu.c",
                 "dlbridge/_csrc/steps.c",
                 "dlbridge/_csrc/attributes.c",
+                "dlbridge/_csrc/errors.c",
                 "dlbridge/_csrc/records.c",
                 "dlbridge/_csrc/routes.c",
                 "dlbridge/_csrc/views.c",

@@ -87,7 +87,6 @@ typedef struct {
     void *api_table;        /* (C only) api's DLPackExchangeAPI, read once (NULL: not such a capsule) */
 } StateRecord;
 #define RELABEL_KINDS 16
-#define KIND_BIT(kind) ((uint64_t)1 << (((uintptr_t)(kind) >> 6) & 63))
 typedef struct {
     PyObject_HEAD
     PyObject *handle;         /* the exchange API capsule, or the export function */
@@ -101,7 +100,7 @@ typedef struct {
     int device_type;          /* the device type device_method's id is of; 0: it gives (type, id) */
     int gpu_kind;             /* EXPORT_EXCHANGE (no sync: equal streams only) or EXPORT_METHOD (stream=) */
     char readonly;            /* its arrays are read-only whatever their capsules say (JAX): READ_ONLY ORed in */
-    /* (C only, set on first use: steps.c's call_dunder) the type whose __dlpack__ was looked up, and that
+    /* (C only, set on first use: attributes.c's learn_method) the type whose __dlpack__ was looked up, and that
      * method as its own class defines it where getattr(x, "__dlpack__") is always it bound to x (else None) */
     PyObject *method_type, *method;
     /* (C only, with method) its C function where it takes METH_FASTCALL | METH_KEYWORDS, else NULL */
@@ -116,7 +115,7 @@ typedef struct {
      * classes, every dtype is looked up */
     PyObject *relabel_kinds[RELABEL_KINDS];
     int relabel_kind_count;
-    uint64_t relabel_kind_mask; /* KIND_BIT of each of those classes: a class whose bit is clear is none of them */
+    PyObject *plain_kind; /* (C only, set by the route) the last dtype class found to be none of them, or NULL */
     /* (C only, made with the record) its guards and gpu_guards read once, each where every guard is a tuple
      * (attribute or object, True or False, expected[, unless]); NULL: check_guards reads the tuple itself */
     struct Guard *checks, *gpu_checks;

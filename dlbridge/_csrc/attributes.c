@@ -59,23 +59,8 @@ static void *fastcall_of(PyObject *source) {
     return function;
 }
 
-typedef PyObject *(*FastWithKeywords)(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
-
-/* The class's own method called as CPython's method descriptor calls it (methodobject.c's
- * cfunction_vectorcall_FASTCALL_KEYWORDS): the recursion check, the C function with the keyword names,
- * and a result without an error turned into one (as _Py_CheckFunctionResult does). */
-static PyObject *call_fast(void *function, PyObject *source, int versioned) {
-    PyObject *args[1] = {g_version};
-    if (Py_EnterRecursiveCall(" while calling a Python object")) return NULL;
-    PyObject *capsule = ((FastWithKeywords)function)(source, args, 0, versioned ? g_versioned_names : NULL);
-    Py_LeaveRecursiveCall();
-    if (capsule == NULL && !PyErr_Occurred())
-        PyErr_SetString(PyExc_SystemError, "__dlpack__ returned NULL without setting an exception");
-    return capsule;
-}
-
-/* Remember type(source)'s own __dlpack__ in the Producer (first use). 0, or -1 with an error. */
-static int learn_method(ProducerRecord *p, PyObject *source) {
+/* Remember type(source)'s own __dlpack__ in the Producer (its first export). 0, or -1 with an error. */
+int learn_method(ProducerRecord *p, PyObject *source) {
     PyObject *type = (PyObject *)Py_TYPE(source);
     PyObject *method = own_entry(type, "__dlpack__", &g_method_descriptor);
     void *function = method != NULL && method != Py_None ? fastcall_of(source) : NULL;
@@ -93,14 +78,12 @@ static int learn_method(ProducerRecord *p, PyObject *source) {
     return 0;
 }
 
-/* x.__dlpack__(**kwargs) for the Producer's EXPORT_METHOD kinds: through the class's own method where
- * own_entry() found one for x's exact type (remembered in the Producer the first time), its C function
- * called directly where it takes keywords by vector (NumPy's), else getattr. */
+/* x.__dlpack__(**kwargs) for the Producer's EXPORT_METHOD kinds where its C function is not called directly
+ * (steps.c's export_tensor calls that, with call_fast, where it takes keywords by vector: NumPy's): through
+ * the class's own method where learn_method() found one for x's exact type, else getattr. */
 PyObject *call_dunder(Call *c, PyObject *source, int versioned) {
     ProducerRecord *p = c->producer;
     PyObject *type = (PyObject *)Py_TYPE(source), *kwargs = versioned ? g_versioned_kw : NULL;
-    if (p->method_type == NULL && learn_method(p, source) < 0) return NULL;
-    if (p->method_type == type && p->fastcall != NULL) return call_fast(p->fastcall, source, versioned);
     if (p->method_type == type && p->method != Py_None) {
         PyObject *method = p->method, *args = PyTuple_Pack(1, source), *capsule = NULL;
         Py_INCREF(method); /* owned across the call into Python */

@@ -97,6 +97,7 @@ static void producer_dealloc(PyObject *o) {
     Py_CLEAR(p->dtype_type);
     Py_CLEAR(p->dtype_getset);
     p->dtype_get = NULL;
+    Py_CLEAR(p->plain_kind);
     release(o, producer_members);
 }
 static void replay_dealloc(PyObject *o) { release(o, replay_members); }
@@ -199,13 +200,11 @@ static void relabel_kinds(ProducerRecord *p) {
     PyObject *key, *value;
     Py_ssize_t at = 0;
     p->relabel_kind_count = 0;
-    p->relabel_kind_mask = 0;
     while (p->relabels != Py_None && p->relabel_kind_count >= 0 && PyDict_Next(p->relabels, &at, &key, &value)) {
         int n = p->relabel_kind_count, known = 0;
         for (int i = 0; i < n && !known; i++) known = p->relabel_kinds[i] == (PyObject *)Py_TYPE(key);
         if (!known && n == RELABEL_KINDS) p->relabel_kind_count = -1;
         if (!known && n < RELABEL_KINDS) p->relabel_kinds[p->relabel_kind_count++] = (PyObject *)Py_TYPE(key);
-        p->relabel_kind_mask |= KIND_BIT(Py_TYPE(key));
     }
 }
 

@@ -3,17 +3,6 @@
  * admission, and the finish. See route.c for the ownership and error rules they follow. */
 #include "route.h"
 
-/* After a failure: STEP_DECLINE for an Exception the pipeline will meet again (cleared), STEP_ERROR
- * for anything else (left set); with no error set, STEP_DECLINE. */
-int settle(void) {
-    if (PyErr_Occurred() == NULL) return STEP_DECLINE;
-    if (PyErr_ExceptionMatches(PyExc_Exception) && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
-        PyErr_Clear();
-        return STEP_DECLINE;
-    }
-    return STEP_ERROR;
-}
-
 /* After the producer's __dlpack__ (or export function) raised: an Exception (not MemoryError) is kept
  * for the pipeline, which handles it as its own export's without asking the producer again (its side
  * effects run once); anything else as settle() says. */
@@ -95,9 +84,9 @@ PyObject *export_source(Call *c, long long *forced) {
     if (p->relabel_kind_count != 0) { /* relabels: a non-empty dict (records.c) */
         PyObject *dtype = read_dtype(c, x), *entry = NULL;
         PyObject *kind = dtype != NULL ? (PyObject *)Py_TYPE(dtype) : NULL, *const *kinds = p->relabel_kinds;
-        int count = p->relabel_kind_count, maybe = count < 0 && dtype != NULL;
-        if (!(p->relabel_kind_mask & KIND_BIT(kind))) count = 0; /* none of the keys' classes */
+        int count = kind != p->plain_kind ? p->relabel_kind_count : 0, maybe = count < 0 && dtype != NULL;
         for (int i = 0; i < count; i++) maybe |= kinds[i] == kind;
+        if (count > 0 && !maybe) XSETREF(p->plain_kind, Py_NewRef(kind)); /* none of theirs: next time, one compare */
         if (maybe) entry = PyDict_GetItemWithError(relabels, dtype);
         Py_XINCREF(entry);
         Py_XDECREF(dtype);
@@ -133,6 +122,21 @@ int export_managed(Call *c, PyObject *source, int want_versioned) {
     return c->capsule != NULL ? STEP_OK : settle();
 }
 
+typedef PyObject *(*FastWithKeywords)(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+
+/* The class's own method called as CPython's method descriptor calls it (methodobject.c's
+ * cfunction_vectorcall_FASTCALL_KEYWORDS): the recursion check, the C function with the keyword names,
+ * and a result without an error turned into one (as _Py_CheckFunctionResult does). */
+PyObject *call_fast(void *function, PyObject *source, int versioned) {
+    PyObject *args[1] = {g_version};
+    if (Py_EnterRecursiveCall(" while calling a Python object")) return NULL;
+    PyObject *capsule = ((FastWithKeywords)function)(source, args, 0, versioned ? g_versioned_names : NULL);
+    Py_LeaveRecursiveCall();
+    if (capsule == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "__dlpack__ returned NULL without setting an exception");
+    return capsule;
+}
+
 /* The producer's export of host memory `source` into c->managed (exchange API) or c->capsule. */
 static int export_tensor(Call *c, PyObject *source) {
     int kind = c->producer->kind, want_versioned = c->state->versioned;
@@ -141,7 +145,11 @@ static int export_tensor(Call *c, PyObject *source) {
         c->capsule = PyObject_CallFunctionObjArgs(c->producer->handle, source, NULL);
     } else {
         int ask_versioned = want_versioned && kind != EXPORT_METHOD_LEGACY; /* a producer before DLPack 1.0 */
-        c->capsule = call_dunder(c, source, ask_versioned);
+        ProducerRecord *p = c->producer; /* the class's own C method, where attributes.c finds one: */
+        if (p->method_type == NULL && learn_method(p, source) < 0) return export_failed(c);
+        c->capsule = p->method_type == (PyObject *)Py_TYPE(source) && p->fastcall != NULL
+                         ? call_fast(p->fastcall, source, ask_versioned)
+                         : call_dunder(c, source, ask_versioned);
     }
     return c->capsule != NULL ? STEP_OK : export_failed(c);
 }
