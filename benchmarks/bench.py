@@ -237,7 +237,7 @@ def versions() -> dict[str, str]:
 
     from dlbridge._adapters import ADAPTERS
 
-    for name in ("tensorflow", "paddle", "onnxruntime", "warp"):  # read from metadata: importing TF costs seconds
+    for name in ("tensorflow", "paddle", "onnxruntime", "warp", "mlx", "array_api_strict"):  # from metadata: no imports
         out[name] = "not installed"
         for dist in ADAPTERS[name].distributions:
             try:

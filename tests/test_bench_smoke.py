@@ -226,3 +226,37 @@ def test_first_call_section_has_a_source_for_every_cpu_framework() -> None:
     assert set(CPU_FRAMEWORKS) <= set(_SOURCES)
     for target, setup in _SOURCES.items():
         assert f"import {target}" not in setup, target  # the source must not pre-import the target
+
+
+def test_rows_into_jax_wait_for_each_result(tmp_path: Path) -> None:
+    """JAX returns from an import that copies before the copy is made: its rows time each call with the
+    result waited for, on both sides (else a copy's dispatch is timed, and the copies pile up in memory)."""
+    need("jax")
+    need("torch")
+    _, data = run_bench(tmp_path, "--no-import", "--path", "pure", "--only", "numpy->jax float32,numpy->torch float32")
+    rows = {(r["consumer"], r["nbytes"]): r for r in data["rows"] if r["device"] == "cpu" and not r["skipped"]}
+    assert {c for c, _ in rows} == {"jax", "torch"}, rows
+    for (consumer, _), row in rows.items():
+        assert ("results waited for" in row["notes"]) == (consumer == "jax"), row
+
+
+def test_summary_tables_each_pair_and_kind_of_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/summary.py: one line per pair and kind of row, with the ratio range and the rows that met
+    their target, from the run's own rows."""
+    need("torch")
+    need("ml_dtypes")
+    _, data = run_bench(tmp_path, "--no-import", "--path", "pure", "--only", "torch->numpy")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import summary
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert summary.main([str(tmp_path / "bench.json"), "--path", "pure"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| torch → numpy")]
+    assert [line.split("|")[2].strip() for line in lines] == ["bf16/fp8", "native"], lines
+    for line in lines:
+        kind = line.split("|")[2].strip()
+        rows = [r for r in data["rows"] if r["device"] == "cpu" and not r["skipped"] and summary.kind_of(r) == kind]
+        ratios = sorted(r["ratio"] for r in rows)
+        assert f"{ratios[0]:.2f}{summary.DASH}{ratios[-1]:.2f}" in line, (line, ratios)
+        assert f"| {sum(bool(r['met']) for r in rows)}/{len(rows)} |" in line, (line, rows)
