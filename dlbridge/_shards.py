@@ -81,8 +81,7 @@ def shards(x: jax.Array | Any, to: str | ModuleType, /, *, fallback: FallbackOpt
 
     target = adapter_named(to)  # an unknown target is an OptionError before anything else
     return [
-        (index, convert(data, target.name, fallback=fallback, dtype=dtype, device=where, copy=copy,
-                        readonly=readonly))
+        (index, convert(data, target.name, fallback=fallback, dtype=dtype, device=where, copy=copy, readonly=readonly))
         for index, data, where in addressable(x, target, device, "dlbridge.shards(x, to)")
     ]
 

@@ -6,7 +6,6 @@ on capsules they reject.
 
 from __future__ import annotations
 
-
 import importlib.util
 import json
 

@@ -230,7 +230,7 @@ def test_explain_agrees_on_gpu_capsules_this_process_cannot_use(consumer: str) -
                 error, out = _outcome(capsule, consumer, **options)
                 if error is not record.error or error is not dlbridge.DeviceMismatchError:
                     wrong.append(f"capsule on {device} {options}: explain {record}, convert {error}: {out}")
-            if "device" in options and options["device"] != device or "copy" in options:
+            if ("device" in options and options["device"] != device) or "copy" in options:
                 continue  # a move to the host: the producer's own copy (dl_device=), which this one cannot make
             record = dlbridge.explain(array, consumer, **options)
             error, out = _outcome(array, consumer, **options)
@@ -310,7 +310,11 @@ def test_explain_allocates_nothing_proportional_to_the_data() -> None:
     for label, src, target, options in _big_sources():
         dlbridge.explain(src, target, **options)  # imports and first-call caches, outside the measure
         record_holder: list[object] = []
-        rss, traced = _peak_growth(lambda: record_holder.append(dlbridge.explain(src, target, **options)))
+        rss, traced = _peak_growth(
+            lambda src=src, target=target, options=options, held=record_holder: held.append(
+                dlbridge.explain(src, target, **options)
+            )
+        )
         record = record_holder[0]
         assert getattr(record, "error", None) is None and not getattr(record, "shares", True), (label, record)
         if rss > 32 * MIB or traced > 32 * MIB:

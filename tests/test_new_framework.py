@@ -262,7 +262,9 @@ def _own(rel: str, name: str) -> bool:
 def test_a_shipped_framework_is_its_two_modules_and_three_shared_places() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     code = {str(p.relative_to(PACKAGE)): _names_in_code(p) for p in sorted(PACKAGE.rglob("*.py"))}
-    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"  # the repository's (not the installed package's)
+    pyproject = (
+        Path(__file__).resolve().parent.parent / "pyproject.toml"
+    )  # the repository's (not the installed package's)
     extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
     assert list(REGISTRY.entries) == list(MODULES)
     for name, framework in REGISTRY.entries.items():

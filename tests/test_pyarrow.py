@@ -40,8 +40,11 @@ def test_sliced_array_is_shared_at_its_offset() -> None:
 
 def test_consumers_that_cannot_hold_read_only_arrays_refuse_without_copy() -> None:
     arr = pa.array([1.5, 2.5, 3.5], type=pa.float32())
-    with pytest.raises(dlbridge.ReadOnlyError, match=r"read-only \(Apache Arrow arrays are immutable\) and torch arrays "
-                                                     r'cannot be.*copy=True.*readonly="drop"'):
+    with pytest.raises(
+        dlbridge.ReadOnlyError,
+        match=r"read-only \(Apache Arrow arrays are immutable\) and torch arrays "
+        r'cannot be.*copy=True.*readonly="drop"',
+    ):
         dlbridge.to_torch(arr)
     copied = dlbridge.to_torch(arr, copy=True)
     assert copied.data_ptr() != values_address(arr)

@@ -31,8 +31,12 @@ from tests.ctypes_producer import FLAG_READ_ONLY, CtypesArray
 
 pytest_generate_tests = on_both_paths
 
-BOTH_FIXES = r'pass copy=True for a writable copy, or readonly="drop" to share the memory as an array you must not write to'
-JAX_REFUSED = r"jax cpu float32\[16\] is read-only \(JAX arrays are immutable\) and torch arrays cannot be; " + BOTH_FIXES
+BOTH_FIXES = (
+    r'pass copy=True for a writable copy, or readonly="drop" to share the memory as an array you must not write to'
+)
+JAX_REFUSED = (
+    r"jax cpu float32\[16\] is read-only \(JAX arrays are immutable\) and torch arrays cannot be; " + BOTH_FIXES
+)
 
 
 def _jax_array() -> Any:
@@ -60,15 +64,17 @@ def test_readonly_drop_is_a_zero_copy_alias_replayed_warm() -> None:
     x = _jax_array()
     jax_caps = caps_of("jax")
     if jax_caps.cannot_export or jax_caps.exports_uint8:  # _adapters/_jax.py _plain_export
-        pytest.skip(f"JAX {jax_caps.version}'s own export needs correcting (cannot_export / exports_uint8 rows): "
-                    "its arrays never take the fast route, so there is no warm replay to check")
+        pytest.skip(
+            f"JAX {jax_caps.version}'s own export needs correcting (cannot_export / exports_uint8 rows): "
+            "its arrays never take the fast route, so there is no warm replay to check"
+        )
     dlbridge.to_torch(x, readonly="drop")  # the first call decides (the pipeline), and the route learns
     with counting_declines() as slow:
         for _ in range(3):
             t = dlbridge.to_torch(x, readonly="drop")
             assert t.dtype == torch.float32 and t.data_ptr() == _jax_ptr(x)
             np.testing.assert_array_equal(t.numpy(), np.arange(16, dtype=np.float32))
-    assert slow["torch"] == 0, f"the route declined readonly=\"drop\" {slow['torch']} of 3 times"
+    assert slow["torch"] == 0, f'the route declined readonly="drop" {slow["torch"]} of 3 times'
     producer = _route._producers[type(x)]
     assert producer.readonly  # the route learns from the producer that its arrays are read-only
     replays = [r for r in _route.SPECS["torch"][0].routes.values() if r is not None and r.clear_readonly]
@@ -100,7 +106,9 @@ def test_explain_agrees_with_the_conversion_for_each_choice() -> None:
     x = _jax_array()
     keep = dlbridge.explain(x, "torch")
     assert keep.error is dlbridge.ReadOnlyError and not keep.shares
-    assert keep.message == str(pytest.raises(dlbridge.ReadOnlyError, dlbridge.to_torch, x).value)
+    with pytest.raises(dlbridge.ReadOnlyError) as refused:
+        dlbridge.to_torch(x)
+    assert keep.message == str(refused.value)
     drop = dlbridge.explain(x, "torch", readonly="drop")
     assert drop.error is None and drop.shares and drop.shared_readonly
     assert any('readonly="drop"' in step for step in drop.steps), drop.steps
@@ -257,7 +265,9 @@ def test_read_only_memory_into_a_consumer_that_copies_every_import_is_replayed_w
                 assert str(m.dtype) == "mlx.core.float32" and mlx.data_ptr(m) != _jax_ptr(x)
                 np.testing.assert_array_equal(np.asarray(m), expected)
         assert slow["mlx"] == 0, f"readonly={readonly!r}: the route declined {slow['mlx']} of 3 times"
-        assert dlbridge.explain(x, "mlx", readonly=readonly).steps[1] == "READ_ONLY cleared for the copy made right after"
+        assert (
+            dlbridge.explain(x, "mlx", readonly=readonly).steps[1] == "READ_ONLY cleared for the copy made right after"
+        )
     replays = [r for r in _route.SPECS["mlx"][0].routes.values() if r is not None and r.clear_readonly]
     assert replays and all(r.readonly_ok for r in replays)
     np.testing.assert_array_equal(np.asarray(x), expected)

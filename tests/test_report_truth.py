@@ -108,7 +108,9 @@ def test_versions_below_a_floor_or_outside_the_probed_range_are_named() -> None:
 
 def test_doctor_and_the_report_header_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
     installed = _doctor.installed_versions()  # those this stack has outside the supported range left out
-    supported = {k: v for k, v in installed.items() if k not in _doctor.REPORTED or not _doctor.support_notes(installed, [k])}
+    supported = {
+        k: v for k, v in installed.items() if k not in _doctor.REPORTED or not _doctor.support_notes(installed, [k])
+    }
     versions = {**supported, "pyarrow": "25.0.1", "onnxruntime": "1.30.0"}
     monkeypatch.setattr(_doctor, "installed_versions", lambda: versions)
     text = _doctor.doctor_text()

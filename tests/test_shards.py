@@ -125,7 +125,10 @@ def test_converting_a_sharded_array_whole_is_refused_naming_shards_and_a_gathere
 
     x = _case("1d_f32")
     plain = jax_cpu(jnp.arange(4, dtype=jnp.float32))
-    dlbridge.to_torch(plain, readonly="drop"), dlbridge.to_torch(plain, readonly="drop")  # the fast route has learnt ArrayImpl float32 -> torch
+    (
+        dlbridge.to_torch(plain, readonly="drop"),
+        dlbridge.to_torch(plain, readonly="drop"),
+    )  # the fast route has learnt ArrayImpl float32 -> torch
     r = {
         "to_torch": _err(lambda: dlbridge.to_torch(x)),
         "to_torch_again": _err(lambda: dlbridge.to_torch(x)),

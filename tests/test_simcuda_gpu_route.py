@@ -36,8 +36,6 @@ PAIRS = [("torch", "cupy"), ("cupy", "torch"), ("jax", "torch"), ("jax", "cupy")
 DTYPES = ["float32", "bfloat16", "bool"]
 
 
-
-
 @pytest.fixture
 def sim(monkeypatch: pytest.MonkeyPatch):
     s = Sim(monkeypatch)

@@ -29,8 +29,6 @@ jnp = jax.numpy
 STREAM = 0x5A00  # the consumer's current stream in these tests (not the default stream)
 
 
-
-
 @pytest.fixture
 def sim(monkeypatch: pytest.MonkeyPatch):
     s = Sim(monkeypatch)
@@ -157,7 +155,9 @@ def test_states_the_route_cannot_replay_are_declined_before_any_export(sim, pipe
     x = exact.cuda_tensor(base.t() if state == "strided" else base)
     if state == "requires_grad":
         x.requires_grad_(True)
-    dlbridge.to_cupy(exact.cuda_tensor(torch.arange(4.0, device="cpu")))  # the route learns torch.Tensor and CuPy's state
+    dlbridge.to_cupy(
+        exact.cuda_tensor(torch.arange(4.0, device="cpu"))
+    )  # the route learns torch.Tensor and CuPy's state
     for _ in range(3):
         sim.log.clear()
         pipeline.calls = 0

@@ -106,8 +106,10 @@ def test_at_the_consumers_import(exc: type[BaseException], warmth: str) -> None:
     torch = need("torch")
     numpy_caps = dlbridge.capabilities("numpy")
     if warmth == "warm" and numpy_caps.readonly_imports:  # _adapters/_fast.py FastRoute.fast_import
-        pytest.skip(f"NumPy {numpy_caps.version} imports every capsule read-only (readonly_imports): the fast "
-                    "route leaves NumPy consumers to the pipeline, so there is no warm route to interrupt")
+        pytest.skip(
+            f"NumPy {numpy_caps.version} imports every capsule read-only (readonly_imports): the fast "
+            "route leaves NumPy consumers to the pipeline, so there is no warm route to interrupt"
+        )
     numpy = ADAPTERS["numpy"]
     numpy._from_dlpack  # noqa: B018  (the cached importer, wrapped below)
     inject = Injector()

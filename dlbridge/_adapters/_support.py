@@ -59,7 +59,7 @@ class StandIn:
     explain says it.
     """
 
-    __slots__ = ("make", "describe", "shape", "why", "versioned")
+    __slots__ = ("describe", "make", "shape", "versioned", "why")
 
     def __init__(self, make: Callable[[], Any], describe: Callable[[], Any], why: str,
                  shape: tuple[int, ...] | None = None) -> None:  # fmt: skip

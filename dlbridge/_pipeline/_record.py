@@ -118,12 +118,15 @@ class Handoff(NamedTuple):
         what = "export" if self.producer_copy is None else f"exports {self.producer_copy}"
         steps.append(f"{self.source} {what} ({'dltensor_versioned' if self.versioned else 'dltensor'})")
         if self.shared_readonly:
-            steps.append('READ_ONLY cleared (readonly="drop"): the read-only memory is shared writable, not to be '
-                         "written")
+            steps.append(
+                'READ_ONLY cleared (readonly="drop"): the read-only memory is shared writable, not to be written'
+            )
         elif self.drop_readonly:
             copied = self.copy or self.consumer_copies or (self.plan is not None and self.plan.mode == "upcast")
-            steps.append("READ_ONLY cleared " + ("for the copy made right after" if copied else
-                                                  "(dlbridge's own copy: nothing else holds it)"))
+            steps.append(
+                "READ_ONLY cleared "
+                + ("for the copy made right after" if copied else "(dlbridge's own copy: nothing else holds it)")
+            )
         if self.c_order:
             steps.append("strides written as C order")
         how = (
