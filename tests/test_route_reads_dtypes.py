@@ -18,7 +18,7 @@ from tests._route_helpers import (  # noqa: F401 - route_path: the fixture on_bo
     ptr,
     route_path,
 )
-from tests.conftest import need
+from tests.conftest import caps_of, need
 
 pytest_generate_tests = on_both_paths
 
@@ -62,6 +62,8 @@ def test_plain_dtypes_replay_beside_relabelled_ones(target: str) -> None:
     replayed, at the source's address, with its own dtype. Alternating with a bf16 array, so that neither
     kind's lookup is left over from the call before."""
     need("ml_dtypes")
+    if caps_of(target).readonly_imports:  # its imports are made writable afterwards: never on the route
+        pytest.skip(f"{target} {need(target).__version__} imports read-only: the pipeline converts into it every time")
     convert = getattr(dlbridge, f"to_{target}")
     bf16 = np.ones((2, 3), dtype=np.dtype(need("ml_dtypes").bfloat16))
     arrays = [np.arange(6).astype(name).reshape(2, 3) for name in PLAIN]
