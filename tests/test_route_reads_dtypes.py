@@ -78,3 +78,51 @@ def test_plain_dtypes_replay_beside_relabelled_ones(target: str) -> None:
                 back = out.numpy() if target == "torch" and source is not bf16 else None
                 assert back is None or np.array_equal(back, source), source.dtype
     assert declined[target] == 0, f"the route declined {dict(declined)}"
+
+
+class _Flaky:
+    """A host array whose ``dtype`` raises while ``fail`` is set; its capsule is its NumPy array's."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a, self.fail = a, False
+
+    def __dlpack__(self, **kwargs):
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    @property
+    def dtype(self) -> np.dtype:
+        if self.fail:
+            raise ValueError("no dtype now")
+        return self.a.dtype
+
+
+@pytest.mark.isolated()
+def test_a_dtype_that_raises_after_a_plain_one_declines() -> None:
+    """A producer with relabels whose array's dtype raises, after the route has met one of its plain dtypes: the
+    route declines (the pipeline converts it, without the dtype), and the next plain call replays again."""
+    torch = need("torch")
+    ml_dtypes = need("ml_dtypes")
+    from dlbridge._route import _replay as _route
+
+    dlbridge.to_torch(np.arange(4, dtype=np.float32))  # the route's state for torch, ready
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    kind = _route._producers[np.ndarray].kind  # how this NumPy's __dlpack__ is asked (max_version or not)
+    producer = _route.Producer(kind=kind, handle=None, guards=(), alias=None,
+                               relabels={bf16: (np.dtype("u2"), 4 | 16 << 8 | 1 << 16)})  # fmt: skip
+    try:
+        x = _Flaky(np.arange(6, dtype=np.float32))
+        dlbridge.to_torch(x)  # the pipeline, which notes that no adapter has this type (asked once)
+        _route._producers[_Flaky] = producer  # arrays of this type exported as x.__dlpack__() gives them
+        for fail in (False, True, False):
+            x.fail = fail
+            with counting_declines() as declined:
+                out = dlbridge.to_torch(x)
+            assert out.dtype == torch.float32 and ptr(out) == x.a.ctypes.data, fail
+            assert np.array_equal(out.numpy(), x.a), fail
+            assert declined["torch"] == (1 if fail else 0), (fail, dict(declined))
+            assert np.array_equal(x.a, np.arange(6, dtype=np.float32)), fail  # the source as it was
+    finally:
+        _route._producers.pop(_Flaky, None)

@@ -84,7 +84,7 @@ PyObject *export_source(Call *c, long long *forced) {
     if (p->relabel_kind_count != 0) { /* relabels: a non-empty dict (records.c) */
         PyObject *dtype = read_dtype(c, x), *entry = NULL;
         PyObject *kind = dtype != NULL ? (PyObject *)Py_TYPE(dtype) : NULL, *const *kinds = p->relabel_kinds;
-        int count = kind != p->plain_kind ? p->relabel_kind_count : 0, maybe = count < 0 && dtype != NULL;
+        int count = kind != NULL && kind != p->plain_kind ? p->relabel_kind_count : 0, maybe = count < 0;
         for (int i = 0; i < count; i++) maybe |= kinds[i] == kind;
         if (count > 0 && !maybe) XSETREF(p->plain_kind, Py_NewRef(kind)); /* none of theirs: next time, one compare */
         if (maybe) entry = PyDict_GetItemWithError(relabels, dtype);
