@@ -72,15 +72,23 @@ Group = tuple[Path, tuple[tuple[str, str | None], ...], tuple[str, ...]]  # (mod
 
 
 def group_of(item: pytest.Item) -> Group | None:
-    """The child ``item`` runs in: (its module, the marker's env, its imports); None if not isolated."""
-    marker = item.get_closest_marker("isolated")
-    if marker is None:
+    """The child ``item`` runs in: (its module, the markers' env, their imports); None if not isolated. An item
+    may carry several ``isolated`` markers (the test's own and a parameter's, as ``on_both_paths`` adds one
+    for the pure-Python path): their env and imports are merged (for a name given twice, the first marker pytest lists wins)."""
+    markers = list(item.iter_markers("isolated"))
+    if not markers:
         return None
-    unknown = set(marker.kwargs) - {"env", "imports"}
-    if marker.args or unknown:
-        raise pytest.UsageError(f"{item.nodeid}: isolated takes only env= and imports=, got {marker.args} {unknown}")
-    env = marker.kwargs.get("env") or {}
-    imports = marker.kwargs.get("imports") or ()
+    env: dict[str, str | None] = {}
+    imports: list[str] = []
+    for marker in markers:
+        unknown = set(marker.kwargs) - {"env", "imports"}
+        if marker.args or unknown:
+            raise pytest.UsageError(
+                f"{item.nodeid}: isolated takes only env= and imports=, got {marker.args} {unknown}"
+            )
+        for name, value in (marker.kwargs.get("env") or {}).items():
+            env.setdefault(name, value)
+        imports.extend(name for name in marker.kwargs.get("imports") or () if name not in imports)
     return item.path, tuple(sorted(env.items())), tuple(imports)
 
 

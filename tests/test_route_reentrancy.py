@@ -371,8 +371,8 @@ def _records() -> dict[str, tuple[Any, dict[str, Any]]]:
         "caps_guard": (int, "real", True), "caps": "caps", "decide": len, "self_type": int, "self_import": str, "self_dtypes": [],
         "stream_query": (abs, "real"), "deferred": True,
     }  # fmt: skip
-    producer = {"kind": 2, "handle": len, "guards": (("is_cpu", False, True),), "alias": "data", "relabels": {1: 2},
-                "gpu_guards": (("is_cuda", False, True),), "device_method": "get_device", "device_type": 2, "gpu_kind": 1,
+    producer = {"kind": 2, "handle": len, "guards": (("is_cpu", False, True),), "alias": "data", "keep": "untyped_storage",
+                "relabels": {1: 2}, "gpu_guards": (("is_cuda", False, True),), "device_method": "get_device", "device_type": 2, "gpu_kind": 1,
                 "current_device": abs, "readonly": True}  # fmt: skip
     unaligned = _route._PyReplay if _accelerator.accel is None else _accelerator.accel.Replay
     replay = {"record": _record(), "finish": abs, "importer": len,

@@ -9,7 +9,7 @@ one array type or one capability row.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._support import FastExport, GpuExport
 
@@ -26,6 +26,11 @@ __all__ = ["FastRoute", "FastExport", "GpuExport"]
 
 class FastRoute(_Base):
     """The fast route's hooks (see the module docstring); None declines, and the pipeline converts."""
+
+    # A method of the array whose result holds its memory: where the compiled route exports x through the
+    # exchange API, it exports x itself and holds x.<export_keeps>() with the tensor until the consumer frees
+    # it, instead of exporting fast_export's alias (the alias still serves every other export). None: the alias.
+    export_keeps: ClassVar[str | None] = None
 
     def caps_switch(self) -> tuple[Any, str] | None:
         """``(object, attribute)`` whose value ``capabilities()`` depends on where it can change during the

@@ -92,6 +92,7 @@ typedef struct {
     PyObject *handle;         /* the exchange API capsule, or the export function */
     PyObject *guards;         /* tuple of (attribute, call, expected): CPU memory; None: never on the CPU half */
     PyObject *alias;          /* an attribute name whose value is exported instead of x, or None */
+    PyObject *keep;           /* a method name: an exchange-API export of x holds x.<keep>() instead (or None) */
     PyObject *relabels;       /* dict: dtype -> (view dtype, triple), or None */
     PyObject *gpu_guards;     /* tuple: the GPU half's guards; None: no GPU half */
     PyObject *device_method;  /* x.<device_method>() says where x is (a str), or None */
@@ -195,6 +196,7 @@ int view_capsule(PyObject *capsule, CapsuleView *view);
 int layout_class(const DLTensor *t);
 void managed_capsule_destructor(PyObject *capsule);
 PyObject *legacy_capsule(DLManagedTensorVersioned *versioned);
+DLManagedTensorVersioned *keeping(DLManagedTensorVersioned *managed, PyObject *held);
 void free_managed(DLManagedTensorVersioned *managed);
 PyObject *probe(PyObject *module, PyObject *capsule);
 PyObject *layout_offsets(void);

@@ -42,6 +42,45 @@ PyObject *legacy_capsule(DLManagedTensorVersioned *versioned) {
     return capsule;
 }
 
+/* A managed tensor standing for another (the same DLTensor, flags and version) that also holds a Python
+ * object until it is freed: what keeps the exported memory alive where the producer's own tensor does not.
+ * Its deleter may run on any thread, with or without the GIL: the held object is released with the GIL
+ * taken, and left to leak once the interpreter is gone, as NumPy's own export deleter does
+ * (numpy/_core/src/multiarray/dlpack.c, array_dlpack_deleter). */
+typedef struct {
+    DLManagedTensorVersioned outer;
+    DLManagedTensorVersioned *inner;
+    PyObject *held;
+} Kept;
+
+static void kept_deleter(DLManagedTensorVersioned *self) {
+    Kept *kept = self->manager_ctx;
+    if (kept->inner->deleter != NULL) kept->inner->deleter(kept->inner);
+    if (Py_IsInitialized()) {
+        PyGILState_STATE state = PyGILState_Ensure();
+        Py_DECREF(kept->held);
+        PyGILState_Release(state);
+    }
+    free(kept);
+}
+
+/* `managed` holding `held` (both stolen: freed here on failure, NULL with an error set). */
+DLManagedTensorVersioned *keeping(DLManagedTensorVersioned *managed, PyObject *held) {
+    Kept *kept = malloc(sizeof(Kept));
+    if (kept == NULL) {
+        free_managed(managed);
+        Py_DECREF(held);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    kept->outer = *managed;
+    kept->outer.manager_ctx = kept;
+    kept->outer.deleter = kept_deleter;
+    kept->inner = managed;
+    kept->held = held;
+    return &kept->outer;
+}
+
 void free_managed(DLManagedTensorVersioned *managed) {
     if (managed != NULL && managed->deleter != NULL) managed->deleter(managed);
 }

@@ -100,15 +100,16 @@ static int export_with_stream(Call *c, PyObject *source, PyObject *stream) {
 /* x's export for a consumer reading on `stream`, the handshake done (see the top of this file). */
 static int export_gpu(Call *c, long long stream) {
     long long forced = -1;
-    PyObject *source = export_source(c, &forced); /* x, or its alias */
-    if (source == NULL) return settle();
     int step = STEP_OK, same = 0;
     if (c->producer->gpu_kind == EXPORT_EXCHANGE) {
         long long mine = 0;
         step = work_stream(c->producer->handle, c, &mine);
         same = step == STEP_OK && mine == stream;
     }
-    if (step == STEP_OK && !same) step = on_current_device(c); /* its handshake is made on the current device */
+    if (step != STEP_OK) return step;
+    PyObject *source = export_source(c, &forced, same); /* x, or its alias */
+    if (source == NULL) return settle();
+    if (!same) step = on_current_device(c); /* its handshake is made on the current device */
     if (step == STEP_OK && same) {
         step = export_managed(c, source, c->state->versioned); /* the same stream: no event to record */
     } else if (step == STEP_OK) { /* the producer's own handshake */
@@ -141,7 +142,7 @@ static PyObject *deferred_dlpack(PyObject *obj, PyObject *args, PyObject *kwargs
     PyObject *stream = kwargs != NULL ? PyDict_GetItemWithError(kwargs, g_stream) : NULL;
     if (stream == NULL && PyErr_Occurred()) return NULL;
     long long forced = -1;
-    PyObject *source = export_source(c, &forced);
+    PyObject *source = export_source(c, &forced, 0);
     int step = source != NULL ? export_with_stream(c, source, stream != NULL ? stream : Py_None) : settle();
     Py_XDECREF(source);
     if (step == STEP_OK) step = read_export(c, forced);

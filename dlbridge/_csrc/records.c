@@ -38,6 +38,7 @@ static PyMemberDef producer_members[] = {
     OBJ(ProducerRecord, handle),
     OBJ(ProducerRecord, guards),
     OBJ(ProducerRecord, alias),
+    OBJ(ProducerRecord, keep),
     OBJ(ProducerRecord, relabels),
     OBJ(ProducerRecord, gpu_guards),
     OBJ(ProducerRecord, device_method),
@@ -210,14 +211,14 @@ static void relabel_kinds(ProducerRecord *p) {
 
 static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"kind", "handle", "guards", "alias", "relabels", "gpu_guards", "device_method",
-                            "device_type", "gpu_kind", "current_device", "readonly", NULL};
+                            "device_type", "gpu_kind", "current_device", "readonly", "keep", NULL};
     ProducerRecord *p = (ProducerRecord *)alloc(type);
     if (p == NULL) return NULL;
     p->gpu_kind = EXPORT_METHOD;
     int readonly = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOp:Producer", names, &p->kind, &p->handle, &p->guards,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOpO:Producer", names, &p->kind, &p->handle, &p->guards,
                                      &p->alias, &p->relabels, &p->gpu_guards, &p->device_method, &p->device_type,
-                                     &p->gpu_kind, &p->current_device, &readonly))
+                                     &p->gpu_kind, &p->current_device, &readonly, &p->keep))
         return discard((PyObject *)p, producer_members);
     p->readonly = (char)readonly;
     if (p->guards == NULL) p->guards = g_empty;
@@ -229,8 +230,8 @@ static PyObject *producer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         return refuse((PyObject *)p, "Producer(device_method=) must be a str where gpu_guards is given");
     if (p->current_device != Py_None && !PyCallable_Check(p->current_device))
         return refuse((PyObject *)p, "Producer(current_device=) must be callable or None");
-    if (p->alias != Py_None && !PyUnicode_Check(p->alias))
-        return refuse((PyObject *)p, "Producer(alias=) must be a str or None");
+    if ((p->alias != Py_None && !PyUnicode_Check(p->alias)) || (p->keep != Py_None && !PyUnicode_Check(p->keep)))
+        return refuse((PyObject *)p, "Producer(alias=, keep=) must be str or None");
     if (p->relabels != Py_None && !PyDict_Check(p->relabels))
         return refuse((PyObject *)p, "Producer(relabels=) must be a dict or None");
     relabel_kinds(p);
@@ -309,7 +310,7 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
 SLOTS(state, "State(*, target, ready, kind, importer, api, versioned, routes, caps_guard, caps, decide, self_type, "
              "self_import, self_dtypes, stream_query, deferred): a consumer's fast-route state.");
 SLOTS(producer, "Producer(*, kind, handle, guards, alias, relabels, gpu_guards, device_method, device_type, gpu_kind, "
-                "current_device, readonly): how arrays of one type are exported.");
+                "current_device, readonly, keep): how arrays of one type are exported.");
 SLOTS(replay, "Replay(*, record, finish, importer, unaligned): a stored route: the decision record it replays, "
               "whose admission (record.admits) it reads once into its fields, what turns the import into the result, "
               "the consumer's import for it (None: the State's), and the Replay for data its alignment turns away.");

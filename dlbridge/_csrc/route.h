@@ -37,7 +37,7 @@ int read_export(Call *c, long long forced);
 int export_managed(Call *c, PyObject *source, int want_versioned);
 int find_route(Call *c);
 int finish(Call *c);
-PyObject *export_source(Call *c, long long *forced);
+PyObject *export_source(Call *c, long long *forced, int exchange);
 int learn_method(ProducerRecord *p, PyObject *source);
 PyObject *call_dunder(Call *c, PyObject *source, int versioned);
 PyObject *call_fast(void *function, PyObject *source, int versioned);

@@ -25,13 +25,17 @@ int export_failed(Call *c) {
  * unless() is True (asked only then). STEP_OK, STEP_DECLINE, or settle()'s answer to an error. */
 static int guard_holds(Call *c, int named, PyObject *name, int call, PyObject *expected, PyObject *unless) {
     PyObject *value;
-    if (named) {
+    if (named && call) { /* x.name(): the method called unbound where it is one (no bound method made) */
+        value = PyObject_CallMethodObjArgs(c->args[1], name, NULL);
+    } else if (named) {
         value = PyObject_GetAttr(c->args[1], name);
+    } else if (call) {
+        Py_INCREF(name); /* owned across the call into Python */
+        value = PyObject_CallNoArgs(name);
+        Py_DECREF(name);
     } else {
-        value = name;
-        Py_INCREF(value);
+        value = Py_NewRef(name);
     }
-    if (value != NULL && call) SETREF(value, PyObject_CallNoArgs(value));
     if (value == NULL) return settle();
     int same = value == expected;
     Py_DECREF(value);
@@ -75,10 +79,11 @@ int check_guards(Call *c, PyObject *guards) {
     return step;
 }
 
-/* What is exported: x, its alias (x.<alias>: torch's x.data), or x.view(d) for a dtype the framework cannot
- * export; for a relabelled dtype *forced is the dtype triple its capsule gets (its export labels it wrongly,
- * or it is the view's). A new reference, or NULL with an error. */
-PyObject *export_source(Call *c, long long *forced) {
+/* What is exported: x, its alias (x.<alias>: torch's x.data) unless the export is the exchange API's and the
+ * Producer keeps something instead (export_managed), or x.view(d) for a dtype the framework cannot export;
+ * for a relabelled dtype *forced is the dtype triple its capsule gets (its export labels it wrongly, or it is
+ * the view's). A new reference, or NULL with an error. */
+PyObject *export_source(Call *c, long long *forced, int exchange) {
     ProducerRecord *p = c->producer;
     PyObject *x = c->args[1], *relabels = p->relabels, *alias = p->alias;
     if (p->relabel_kind_count != 0) { /* relabels: a non-empty dict (records.c) */
@@ -99,21 +104,31 @@ PyObject *export_source(Call *c, long long *forced) {
         }
         if (PyErr_Occurred()) return NULL;
     }
-    if (alias != Py_None) return PyObject_GetAttr(x, alias);
+    if (alias != Py_None && !(exchange && p->keep != Py_None)) return PyObject_GetAttr(x, alias);
     Py_INCREF(x);
     return x;
 }
 
 /* The exchange-API export of `source` (no synchronisation) into c->managed, or as a legacy capsule where
- * the consumer reads those only. */
+ * the consumer reads those only. Where `source` is x itself and the Producer names a method to keep, the
+ * tensor holds x.<keep>() until it is freed (torch's holds x's TensorImpl, not its storage, which a later
+ * x.set_(y) would free: keep="untyped_storage", where otherwise its alias x.data would be exported). */
 int export_managed(Call *c, PyObject *source, int want_versioned) {
     DLPackExchangeAPI *api = exchange_table(c->producer->handle, c->producer->handle_table);
     if (api == NULL || api->header.version.major != 1) return settle();
+    PyObject *keep = c->producer->keep, *held = NULL;
+    if (keep != Py_None && source == c->args[1] && (held = PyObject_CallMethodObjArgs(source, keep, NULL)) == NULL)
+        return settle();
     if (api->managed_tensor_from_py_object_no_sync(source, &c->managed) != 0 || c->managed == NULL) {
         c->managed = NULL;
+        Py_XDECREF(held);
         return settle();
     }
-    if (c->managed->version.major != 1) return STEP_DECLINE;
+    if (c->managed->version.major != 1) {
+        Py_XDECREF(held);
+        return STEP_DECLINE;
+    }
+    if (held != NULL && (c->managed = keeping(c->managed, held)) == NULL) return settle(); /* (no memory) */
     if (want_versioned) return STEP_OK;
     if (c->managed->flags & FLAG_READ_ONLY) return STEP_DECLINE; /* a legacy capsule cannot say so */
     DLManagedTensorVersioned *managed = c->managed;
@@ -184,7 +199,7 @@ int read_export(Call *c, long long forced) {
 /* The export of host memory (the CPU half, or a GPU-capable producer's array found on the CPU). */
 int export_x(Call *c) {
     long long forced = -1;
-    PyObject *source = export_source(c, &forced);
+    PyObject *source = export_source(c, &forced, c->producer->kind == EXPORT_EXCHANGE);
     if (source == NULL) return settle();
     int step = export_tensor(c, source);
     Py_DECREF(source);

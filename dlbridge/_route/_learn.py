@@ -113,7 +113,8 @@ def _producer(cls: type, source: Any) -> Any:
         relabels = relabels if export is not None else gpu.relabels
     # Immutable arrays (JAX) are read-only memory whatever their capsules say: the route ORs READ_ONLY in.
     return Producer(kind=kind, handle=handle, guards=None if guards is None else tuple(guards), alias=alias,
-                    relabels=relabels, readonly=not source.mutable_arrays, **fields)  # fmt: skip
+                    keep=source.export_keeps, relabels=relabels, readonly=not source.mutable_arrays,
+                    **fields)  # fmt: skip
 
 
 def _prepare(target: Adapter, caps: Capabilities) -> Any:

@@ -51,6 +51,9 @@ class _PyProducer:
     handle: Any = None  # the exchange API capsule, or the export function
     guards: tuple[tuple[Any, ...], ...] | None = ()  # (attribute, call, expected[, unless]): CPU memory; None: never
     alias: str | None = None  # an attribute whose value is exported instead of x
+    # a method whose result holds x's memory: an exchange-API export of x (the compiled route's: a tensor C
+    # code can wrap) holds x.<keep>() until freed, in place of exporting the alias; None: the alias
+    keep: str | None = None
     relabels: dict[Any, tuple[Any, int]] | None = None  # dtype -> (view dtype, triple its capsule gets)
     gpu_guards: tuple[tuple[Any, ...], ...] | None = None  # the GPU half's guards; None: no GPU half
     device_method: str | None = None  # x.<device_method>() says where x is: (type, id), or the id ...
