@@ -22,7 +22,7 @@ from ._layout import VERSIONED_FLAGS, VERSIONED_TENSOR, DLTensor
 from ._probe import _MEMORY, tensor_at
 from ._read import c_strides, tensor_address
 
-__all__ = ["relabel", "relabel_device", "set_c_strides", "set_shape", "add_flags", "rewrite", "restore", "relabel_triple",
+__all__ = ["relabel", "relabel_device", "set_c_strides", "set_shape", "add_flags", "rewrite", "restore", "relabel_triple", "relabel_at",
            "restore_triple", "mark_padded"]  # fmt: skip
 
 
@@ -135,7 +135,13 @@ def relabel_triple(capsule: object, triple: int) -> None:
     """Write dtype ``code | bits << 8 | lanes << 16`` into an unconsumed capsule (a route's relabel, on every
     warm call of a relabelled dtype: ``_write`` written out, without its frame)."""
     address = tensor_at(capsule)
-    address = (tensor_address(capsule) if address is None else address) + _DTYPE_AT
+    relabel_at(tensor_address(capsule) if address is None else address, triple)
+
+
+def relabel_at(tensor: int, triple: int) -> None:
+    """``relabel_triple`` into the ``DLTensor`` at address ``tensor`` (``_probe.located`` found it, in an
+    unconsumed capsule)."""
+    address = tensor + _DTYPE_AT
     try:
         _DTYPE.pack_into(_MEMORY, address, triple & 0xFF, (triple >> 8) & 0xFF, triple >> 16)
     except struct.error:

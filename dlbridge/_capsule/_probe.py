@@ -25,7 +25,7 @@ from ._abi import LEGACY, MAX_NDIM, SUPPORTED_MAJOR, VERSIONED, CapsuleType, _ge
 from ._layout import _INT64S, LEGACY_STRUCT, MANAGED_STRUCT, VERSIONED_TENSOR, int64s
 from ._layout import INT64_SIZE as _INT64
 
-__all__ = ["probe", "managed", "tensor_at", "Facts", "OTHER", "DENSE", "EMPTY", "VERSIONED_AT", "FLAGS_AT",
+__all__ = ["probe", "managed", "located", "tensor_at", "Facts", "OTHER", "DENSE", "EMPTY", "VERSIONED_AT", "FLAGS_AT",
            "DATA_AT", "DEVICE_AT", "NDIM_AT", "CODE_AT", "SHAPE_AT", "STRIDES_AT", "OFFSET_AT", "LAYOUT_AT",
            "DELETER_AT"]  # fmt: skip
 
@@ -137,6 +137,19 @@ def _probe_py(capsule: object) -> Facts | None:
         return _tensor_facts(found[0], found[1])
     except struct.error:  # an address past the address-space buffer (_address_space)
         return None
+
+
+def located(capsule: object) -> tuple[Facts, int] | None:
+    """``_probe_py``'s facts and the address of the capsule's ``DLTensor`` (for ``_edit.relabel_at``: the
+    Python route writes a dtype without finding the tensor again); None where ``_probe_py`` gives None."""
+    found = managed(capsule)
+    if found is None:
+        return None
+    try:
+        facts = _tensor_facts(found[0], found[1])
+    except struct.error:  # an address past the address-space buffer (_address_space)
+        return None
+    return None if facts is None else (facts, found[1] + VERSIONED_TENSOR if found[0] else found[1])
 
 
 def managed(capsule: object) -> tuple[bool, int] | None:

@@ -41,8 +41,8 @@ from typing import Any, NamedTuple
 from .._accelerator import accel
 from .._adapters import adapter_named
 from .._capsule._carriers import Carrier
-from .._capsule._edit import relabel_triple, restore, restore_triple, rewrite
-from .._capsule._probe import EMPTY, OTHER, probe
+from .._capsule._edit import relabel_at, restore, restore_triple, rewrite
+from .._capsule._probe import EMPTY, OTHER, located, probe
 from .._options import FALLBACKS, NOT_GIVEN, READONLY, default_cell, get_default_fallback, resolve_fallback
 from .._pipeline import _logical
 from .._pipeline._convert import _convert
@@ -162,12 +162,14 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any, readonly: Any) -> 
             return state.self_import(x) if any(d is dtype for d in state.self_dtypes) else _DECLINED
         holds = producer.holds  # the guards (_guards.holds); always: none, not called
         if holds is always or (holds is not None and holds(x)):  # CPU memory (the guards say so)
-            return _deliver(state, _export(state, producer, x), options, _CPU)
+            capsule, forced = _export(state, producer, x)
+            return _deliver(state, capsule, options, _CPU, forced)
         if producer.gpu_holds is None or not producer.gpu_holds(x):
             return _DECLINED
         device = gpu.device_of(producer, x)
         if device[0] == 1:  # a CPU array of a producer whose arrays may be anywhere (JAX with a GPU)
-            return _deliver(state, _export(state, producer, x), options, device)
+            capsule, forced = _export(state, producer, x)
+            return _deliver(state, capsule, options, device, forced)
         if device[0] not in _GPU_TYPES:
             return _DECLINED
         if state.deferred:
@@ -187,18 +189,19 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any, readonly: Any) -> 
     return _deliver(state, capsule, options, device)
 
 
-def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int]) -> Any:
+def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int], forced: int | None = None) -> Any:
     """An exported capsule on ``device`` (the one its array claimed) checked, and imported as its
     stored route says; a ``_Handover`` of it where the route does not replay it (or the consumer
     refused it without taking it), ``_DECLINED`` where the consumer took it and failed. ``options``: the
-    route key's options byte (``_learn``), its read-only bit the Producer's."""
-    found = _route_for(state, capsule, options, device)
+    route key's options byte (``_learn``), its read-only bit the Producer's; ``forced``: the dtype triple its
+    capsule is given (``_export``), or None."""
+    found = _route_for(state, capsule, options, device, forced)
     if type(found) is not tuple:
         return found
-    triple, replay, saved = found
+    triple, replay, saved, tensor = found
     wire, finish, importer = replay.wire, replay.finish, replay.importer
     if wire != triple:
-        relabel_triple(capsule, wire)
+        relabel_at(tensor, wire)
     try:
         importer = state.importer if importer is None else importer  # (the record's own: a copy it makes first)
         result = importer(Carrier(capsule, device) if state.kind == IMPORT_CARRIER else capsule)
@@ -214,16 +217,21 @@ def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int]) ->
     return result if finish is None else finish(result)
 
 
-def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) -> Any:
-    """(triple, Replay, saved) for a capsule the stored route replays; a ``_Handover`` or ``_DECLINED``
+def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int], forced: int | None = None) -> Any:
+    """(triple, Replay, saved, tensor) for a capsule the stored route replays; a ``_Handover`` or ``_DECLINED``
     otherwise. The capsule's READ_ONLY flag is ORed into the options' read-only bit (the Producer's) for both
     the key and the admission; where the route clears it (``Admission.clear_readonly``: readonly="drop", or a
     consumer that copies every import) it is cleared here, and ``saved`` is what puts it back (None: nothing
-    cleared), as the compiled ``find_route`` does."""
-    facts = probe(capsule)
-    if facts is None:
+    cleared), as the compiled ``find_route`` does. ``forced``: the dtype triple written into the capsule as soon
+    as it is read (before anything can hand it over), or None; ``tensor``: its ``DLTensor``'s address."""
+    found = located(capsule)
+    if found is None:
         return _DECLINED  # unread: the pipeline reads it and says what is wrong
+    facts, tensor = found
     versioned, _, _, capsule_flags, data, device_type, device_id, _, code, bits, lanes, _, _, offset, layout, _ = facts
+    if forced is not None:  # a view's capsule (the same width): labelled with x's own dtype
+        relabel_at(tensor, forced)
+        code, bits, lanes = forced & 0xFF, (forced >> 8) & 0xFF, forced >> 16
     if versioned and not state.versioned:
         return _DECLINED  # not the capsule kind the pipeline asks this consumer's producer for
     if device_type != device[0] or device_id != device[1]:
@@ -255,11 +263,12 @@ def _route_for(state: Any, capsule: Any, options: int, device: tuple[int, int]) 
     if (flags & 1 and not replay.readonly_ok) or (offset and not replay.offset_ok):
         return _Handover(capsule)
     cleared = replay.clear_readonly and capsule_flags & 1  # a flag to clear (Admission.clear_readonly says when)
-    return triple, replay, rewrite(capsule, None, None, True) if cleared else None
+    return triple, replay, rewrite(capsule, None, None, True) if cleared else None, tensor
 
 
-def _export(state: Any, producer: Any, x: Any) -> Any:
-    """x's capsule as the Producer says (host memory: no stream). An exchange-API producer (EXPORT_EXCHANGE)
+def _export(state: Any, producer: Any, x: Any) -> tuple[Any, int | None]:
+    """x's capsule as the Producer says (host memory: no stream), and the dtype triple it is to be given where it
+    is a view's (None: as it is). An exchange-API producer (EXPORT_EXCHANGE)
     is exported through its own ``__dlpack__`` here: the exchange API's tensor needs a capsule whose
     destructor frees it unless consumed, which only C code can be (a Python one runs while the capsule
     dies, where an exception, a Ctrl-C, is printed and dropped); the compiled route has it
@@ -279,9 +288,7 @@ def _export(state: Any, producer: Any, x: Any) -> Any:
         raise
     except Exception as err:  # the producer's own failure: handled by the pipeline, not asked again
         raise _ExportFailed(err) from None
-    if relabel is not None:
-        relabel_triple(capsule, relabel[1])
-    return capsule
+    return capsule, None if relabel is None else relabel[1]  # (_route_for writes the triple when it reads it)
 
 
 class _ExportFailed(Exception):
@@ -301,9 +308,9 @@ def _import_deferred(state: Any, producer: Any, x: Any, options: int, device: tu
         found = _route_for(state, capsule, options, device)
         if type(found) is not tuple:
             raise gpu.Declined
-        triple, replay, _ = found  # (READ_ONLY cleared where readonly="drop" asks)
+        triple, replay, _, tensor = found  # (READ_ONLY cleared where readonly="drop" asks)
         if replay.wire != triple:
-            relabel_triple(capsule, replay.wire)
+            relabel_at(tensor, replay.wire)
         chosen.append(replay)
         return capsule
 
