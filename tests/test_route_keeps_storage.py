@@ -46,19 +46,19 @@ def test_an_import_reads_its_memory_after_set_(target: str) -> None:
     if caps_of(target).readonly_imports:
         pytest.skip(f"{target} imports read-only: the pipeline converts into it every time")
     convert = getattr(dlbridge, f"to_{target}")
-    convert(torch.ones(8))  # learnt
+    convert(torch.ones(8, device="cpu"))  # learnt
     expected = np.arange(N, dtype=np.float32)
     kept = []
     with counting_declines() as declined:
         for _ in range(3):
-            x = torch.arange(N, dtype=torch.float32)
+            x = torch.arange(N, dtype=torch.float32, device="cpu")
             out = convert(x)
             assert ptr(out) == x.data_ptr(), "not the tensor's memory"
-            x.set_(torch.zeros(3))  # x lets go of its storage: only the export holds it now
+            x.set_(torch.zeros(3, device="cpu"))  # x lets go of its storage: only the export holds it now
             kept.append(out)
     assert declined[target] == 0, f"the route declined: {dict(declined)}"
     gc.collect()
-    churn = [torch.full((N,), 7.0) for _ in range(6)]  # freed memory would be mapped again and written
+    churn = [torch.full((N,), 7.0, device="cpu") for _ in range(6)]  # freed memory would be mapped again and written
     for out in kept:
         assert np.array_equal(_to_host(target, out), expected)
     del churn
@@ -70,16 +70,16 @@ def test_the_storage_goes_with_the_consumers_array(target: str) -> None:
     torch = need("torch")
     need(target)
     convert = getattr(dlbridge, f"to_{target}")
-    convert(torch.ones(8))  # learnt
+    convert(torch.ones(8, device="cpu"))  # learnt
     for _ in range(3):  # the allocator and JAX settle
-        out = convert(torch.ones(N))
+        out = convert(torch.ones(N, device="cpu"))
         del out
     gc.collect()
     before = _rss()
     for _ in range(40):  # 640 MiB if nothing were freed
-        x = torch.ones(N)
+        x = torch.ones(N, device="cpu")
         out = convert(x)
-        x.set_(torch.zeros(3))
+        x.set_(torch.zeros(3, device="cpu"))
         assert float(_to_host(target, out)[-1]) == 1.0
         del out, x
     gc.collect()
