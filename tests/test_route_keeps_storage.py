@@ -54,13 +54,15 @@ def test_an_import_reads_its_memory_after_set_(target: str) -> None:
             x = torch.arange(N, dtype=torch.float32, device="cpu")
             out = convert(x)
             assert ptr(out) == x.data_ptr(), "not the tensor's memory"
+            assert str(out.dtype) == "float32", out.dtype
             x.set_(torch.zeros(3, device="cpu"))  # x lets go of its storage: only the export holds it now
             kept.append(out)
     assert declined[target] == 0, f"the route declined: {dict(declined)}"
     gc.collect()
     churn = [torch.full((N,), 7.0, device="cpu") for _ in range(6)]  # freed memory would be mapped again and written
     for out in kept:
-        assert np.array_equal(_to_host(target, out), expected)
+        host = _to_host(target, out)
+        assert host.dtype == expected.dtype and np.array_equal(host, expected)
     del churn
 
 
@@ -85,3 +87,31 @@ def test_the_storage_goes_with_the_consumers_array(target: str) -> None:
     gc.collect()
     grown = (_rss() - before) / 2**20
     assert grown < 160, f"{grown:.0f} MiB kept after 40 conversions of 16 MiB whose arrays are gone"
+
+
+@pytest.mark.isolated()
+def test_an_export_the_route_hands_over_keeps_its_memory() -> None:
+    """A transposed tensor: the compiled route exports it (the storage held with it), declines (not dense C
+    order) and hands that export to the pipeline, which imports it as it is: the tensor's memory, its values
+    and dtype, the tensor left as it was, and the import still right after ``set_`` and reuse. (torch exports a
+    tensor that is not contiguous through a view of its own, which holds the storage too: this checks the
+    handed-over export and its release, not what holds the memory.)"""
+    torch = need("torch")
+    dlbridge.to_numpy(torch.ones(8, device="cpu"))  # learnt
+    side = 1 << 11  # 16 MiB of float32
+    expected = np.arange(side * side, dtype=np.float32).reshape(side, side).T
+    kept = []
+    for _ in range(2):
+        x = torch.arange(side * side, dtype=torch.float32, device="cpu").reshape(side, side).t()
+        with counting_declines() as declined:
+            out = dlbridge.to_numpy(x)
+        assert declined["numpy"] == 1, f"not declined by the route: {dict(declined)}"
+        assert ptr(out) == x.data_ptr() and out.dtype == np.float32 and out.shape == (side, side)
+        assert np.array_equal(x.numpy(), expected), "the source changed"
+        x.set_(torch.zeros(3, device="cpu"))
+        kept.append(out)
+    gc.collect()
+    churn = [torch.full((side * side,), 7.0, device="cpu") for _ in range(6)]
+    for out in kept:
+        assert np.array_equal(out, expected)
+    del churn
