@@ -41,10 +41,10 @@ def test_the_layout_check_can_fail() -> None:
 
 
 def _case(shape: tuple[int, ...], strides: tuple[int, ...] | None, *, bits: int = 32, lanes: int = 1,
-          offset: int = 0, data: bool = True) -> CtypesArray:  # fmt: skip
+          offset: int = 0, data: bool = True, code: int = 2) -> CtypesArray:  # fmt: skip
     count = max(1, int(np.prod([max(d, 0) for d in shape], dtype=object)) if shape else 1)
     nbytes = min(count, 4096) * max(1, (bits * lanes + 7) // 8) + offset
-    p = CtypesArray.zeros(nbytes, code=2, bits=bits, shape=shape)
+    p = CtypesArray.zeros(nbytes, code=code, bits=bits, shape=shape)
     p.with_(strides=strides, byte_offset=offset, lanes=lanes)
     if not data:
         p.with_(data=0)
@@ -52,6 +52,7 @@ def _case(shape: tuple[int, ...], strides: tuple[int, ...] | None, *, bits: int 
 
 
 _HUGE = 1 << 40
+_B31, _U8 = 1 << 31, {"bits": 8, "code": 1}
 LAYOUTS: list[tuple[str, dict[str, Any], int]] = [
     ("c-order", {"shape": (2, 3), "strides": None}, _probe.DENSE),
     ("c-strides", {"shape": (2, 3), "strides": (3, 1)}, _probe.DENSE),
@@ -70,6 +71,12 @@ LAYOUTS: list[tuple[str, dict[str, Any], int]] = [
     ("empty, huge", {"shape": (0, _HUGE, _HUGE), "strides": None}, _probe.EMPTY),
     ("empty, huge strides", {"shape": (0, _HUGE, _HUGE), "strides": (_HUGE * _HUGE, _HUGE, 1)}, _probe.OTHER),
     ("offset", {"shape": (4,), "strides": None, "offset": 8}, _probe.DENSE),
+    # around 2**31 (under it, both loops multiply without a division) and the 2**62 span limit; uint8
+    ("dims 2**31, 2**30", {"shape": (_B31, _B31 >> 1), "strides": (_B31 >> 1, 1), **_U8}, _probe.DENSE),
+    ("dims under 2**31", {"shape": (_B31 - 1, _B31 - 1), "strides": None, **_U8}, _probe.DENSE),
+    ("span 2**62 - 2**31", {"shape": (_B31 - 1, _B31), "strides": None, **_U8}, _probe.DENSE),
+    ("span 2**62", {"shape": (_B31, _B31), "strides": None, **_U8}, _probe.OTHER),
+    ("span 2**62, strided", {"shape": (_B31, _B31), "strides": (_B31, 1), **_U8}, _probe.OTHER),
 ]
 
 

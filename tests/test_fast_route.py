@@ -652,6 +652,98 @@ def test_every_change_to_the_routes_reaches_the_next_conversion() -> None:
         dict.__setitem__(routes, key, None)  # type: ignore[index]
 
 
+@pytest.mark.skipif(not COMPILED, reason="the compiled module's Routes (pure Python keeps a dict)")
+def test_every_change_to_the_producers_reaches_the_next_conversion() -> None:
+    """The Producers are a ``Routes`` too where compiled, whose cache the route reads them through (by the
+    type's address, the type held while cached): each way of changing the mapping empties it, so the next
+    conversion reads what the mapping holds (here: a type without a Producer, which the pipeline converts)."""
+    pytest.importorskip("torch")
+    from dlbridge._route import _learn
+
+    producers = _learn.producers
+    assert type(producers) is _accelerator.accel.Routes and _route.producers is producers
+    x = aligned(np.arange(16, dtype=np.float32))
+    for _ in range(3):
+        dlbridge.to_torch(x)
+    producer = producers[np.ndarray]
+
+    def popitem() -> None:
+        while producers.popitem()[0] is not np.ndarray:
+            pass
+
+    changes = {
+        "setitem": lambda: producers.__setitem__(np.ndarray, None),
+        "del": lambda: producers.__delitem__(np.ndarray),
+        "pop": lambda: producers.pop(np.ndarray),
+        "popitem": popitem,
+        "clear": producers.clear,
+        "update": lambda: producers.update({np.ndarray: None}),
+    }
+    for name, change in changes.items():
+        held = dict(producers.items())
+        with counting_declines() as slow:
+            dlbridge.to_torch(x)  # replayed (its Producer cached)
+        assert slow["torch"] == 0, name
+        change()
+        seen = _learn._seen.pop(np.ndarray, None)  # (else the pipeline, which learns again, would not ask)
+        with counting_declines() as slow:
+            out = dlbridge.to_torch(x)
+            assert out.data_ptr() == x.ctypes.data and out.dtype == torch_float32()
+        assert slow["torch"] == 1, f"{name}: a removed Producer was read from the cache"
+        producers.clear()
+        producers.update(held)
+        if seen is not None:
+            _learn._seen[np.ndarray] = seen
+        assert producers[np.ndarray] is producer
+
+
+def torch_float32() -> Any:
+    import torch
+
+    return torch.float32
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled module's Routes (pure Python keeps a dict)")
+def test_a_producer_lookup_that_changes_the_producers_is_not_cached() -> None:
+    """A type whose metaclass hashes in Python runs code inside the route's lookup of its Producer; where that
+    code changes the Producers, what the lookup found is not cached (it may be stale): the next conversion
+    looks it up again. Where it changes nothing, it is cached and looked up once."""
+    pytest.importorskip("torch")
+    from dlbridge._route import _learn
+
+    producers = _learn.producers
+    dlbridge.to_torch(np.arange(4, dtype=np.float32))
+    hashed: list[int] = []
+    change = [True]
+
+    class Meta(type):
+        def __hash__(cls) -> int:
+            hashed.append(1)
+            if change[0]:
+                producers.pop(Other, None)  # a change to the mapping, made while the route looks up
+            return type.__hash__(cls)
+
+    class Odd(np.ndarray, metaclass=Meta):
+        pass
+
+    class Other:
+        pass
+
+    producers[Odd] = producers[np.ndarray]
+    try:
+        x = aligned(np.arange(16, dtype=np.float32)).view(Odd)
+        for changing in (True, False):
+            change[0] = changing
+            producers.pop(Other, None)  # (empties the cache)
+            hashed.clear()
+            with counting_declines() as slow:
+                outs = [dlbridge.to_torch(x) for _ in range(3)]
+            assert slow["torch"] == 0 and all(out.data_ptr() == x.ctypes.data for out in outs)
+            assert len(hashed) == (3 if changing else 1), (changing, hashed)
+    finally:
+        producers.pop(Odd, None)
+
+
 # --- the Python route's guards: one function per Producer ------------------------------------------------
 
 

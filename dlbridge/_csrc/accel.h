@@ -153,13 +153,14 @@ enum { IMPORT_CAPSULE = 0, IMPORT_CARRIER = 1, IMPORT_EXCHANGE = 2 };
 enum { EXPORT_METHOD = 0, EXPORT_EXCHANGE = 1, EXPORT_FUNCTION = 2, EXPORT_METHOD_LEGACY = 3 };
 extern PyObject *g_state_type, *g_producer_type, *g_replay_type, *g_routes_type;
 int records_init(PyObject *module);
-/* routes.c: Routes, a State's stored routes with the route's cache in front of them */
+/* routes.c: Routes, a mapping with the route's cache in front of it (a State's stored routes, the Producers) */
 int routes_init(PyObject *module);
 PyObject *routes_get(PyObject *routes, long long key, PyObject **made);
+PyObject *table_get(PyObject *table, PyObject *key);
 void *exchange_table(PyObject *capsule, void *table);
 
 /* Set once by configure(). */
-extern PyObject *g_producers;     /* dict: exact type -> Producer */
+extern PyObject *g_producers;     /* Routes (or a dict): exact type -> Producer */
 extern PyObject *g_pipeline;      /* _route._pipeline(spec, x, fallback, dtype, device, copy, stream, readonly) */
 extern PyObject *g_views;         /* dict: id(view) -> record (_logical._entries) */
 extern PyObject *g_default;       /* list [fallback name or None]: the default when no scope is open */
@@ -183,10 +184,11 @@ extern PyObject *g_carrier_type;
 
 /* capsules.c: the one capsule reader (view_capsule, layout_class; probe() is its Python form, the
  * twin of dlbridge/_capsule/_probe.py), and capsules around exchange-API exports */
-typedef struct {
+typedef struct { /* (tensor and managed apart: a reader copying both reads them as they were written, 8 bytes
+                  * each, where a 16-byte read of two 8-byte writes stalls until they are stored) */
     DLTensor *tensor;       /* inside the capsule's struct */
-    DLManagedTensorVersioned *managed; /* the capsule's struct where versioned, else NULL */
     uint64_t *flags;        /* NULL for a legacy capsule */
+    DLManagedTensorVersioned *managed; /* the capsule's struct where versioned, else NULL */
     uint32_t major, minor;  /* 0, 0 for a legacy capsule */
     int versioned;
     int has_deleter;        /* the managed tensor names a deleter (DLPack allows NULL) */

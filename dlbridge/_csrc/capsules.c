@@ -124,6 +124,9 @@ int view_capsule(PyObject *capsule, CapsuleView *view) {
 /* The layout class (the same test as _probe.py's _layout): LAYOUT_DENSE for dense C order (no strides, or
  * exactly the C strides), bits and lanes set, a data pointer and a span inside the 64-bit address space;
  * LAYOUT_EMPTY for a dense tensor of no elements; LAYOUT_OTHER for anything else. */
+/* Whether a * b (both under 2**31) is under 2**62: true without a division, which the common shapes skip. */
+#define SMALL(a, b) ((((a) | (b)) >> 31) == 0)
+
 int layout_class(const DLTensor *t) {
     if (t->dtype.bits == 0 || t->dtype.lanes == 0) return LAYOUT_OTHER;
     int empty = 0;
@@ -137,7 +140,7 @@ int layout_class(const DLTensor *t) {
         for (int i = t->ndim - 1; i >= 0; i--) {
             if (past || t->strides[i] != (int64_t)step) return LAYOUT_OTHER;
             uint64_t dim = (uint64_t)t->shape[i];
-            if (dim && step > (UINT64_MAX >> 1) / dim) past = 1;
+            if (dim && !SMALL(step, dim) && step > (UINT64_MAX >> 1) / dim) past = 1;
             else step *= dim;
         }
     }
@@ -145,7 +148,7 @@ int layout_class(const DLTensor *t) {
     uint64_t itemsize = ((uint64_t)t->dtype.bits * t->dtype.lanes + 7) / 8, span = itemsize;
     for (int i = 0; i < t->ndim; i++) {
         uint64_t dim = (uint64_t)t->shape[i];
-        if (span > (UINT64_C(1) << 62) / dim) return LAYOUT_OTHER;
+        if (!SMALL(span, dim) && span > (UINT64_C(1) << 62) / dim) return LAYOUT_OTHER;
         span *= dim;
     }
     if (t->data == NULL || span >= (UINT64_C(1) << 62)) return LAYOUT_OTHER;

@@ -10,7 +10,7 @@
  * Also: probe() (capsules.c), the capsule reader's Python form; Carrier (carrier.c), a single-use
  * object that hands a ready capsule to consumers that only take objects with __dlpack__; Route
  * (objects.c), the public to_<framework> functions' compiled form; State, Producer and Replay (records.c);
- * Routes, a State's stored routes with the route's cache of them (routes.c); Remember (views.c), the record
+ * Routes, a mapping with the route's cache of it: a State's stored routes, and the Producers (routes.c); Remember (views.c), the record
  * of a view the route replays.
  *
  * CPython limited API 3.10 (abi3): one build serves every supported Python.
@@ -18,7 +18,7 @@
 #include "accel.h"
 
 /* Set once by configure(). */
-PyObject *g_producers;     /* dict: exact type -> Producer */
+PyObject *g_producers;     /* Routes (or a dict): exact type -> Producer */
 PyObject *g_pipeline;      /* _route._pipeline(spec, x, fallback, dtype, device, copy, stream, readonly) */
 PyObject *g_views;         /* dict: id(view) -> record (_logical._entries) */
 PyObject *g_default;       /* list [fallback name or None]: the default when no scope is open */
@@ -44,9 +44,13 @@ PyObject *g_carrier_type;
 static PyObject *configure(PyObject *module, PyObject *args) {
     (void)module;
     PyObject *producers, *views, *cell, *fallbacks, *not_given, *get_default, *pipeline, *readonly;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOO!", &PyDict_Type, &producers, &PyDict_Type, &views, &PyList_Type, &cell,
-                          &PyTuple_Type, &fallbacks, &not_given, &get_default, &pipeline, &PyTuple_Type, &readonly))
+    if (!PyArg_ParseTuple(args, "OO!O!O!OOOO!", &producers, &PyDict_Type, &views, &PyList_Type, &cell, &PyTuple_Type,
+                          &fallbacks, &not_given, &get_default, &pipeline, &PyTuple_Type, &readonly))
         return NULL;
+    if (!PyDict_Check(producers) && Py_TYPE(producers) != (PyTypeObject *)g_routes_type) {
+        PyErr_SetString(PyExc_TypeError, "producers must be a dict or a dlbridge._accel.Routes");
+        return NULL;
+    }
     if (PyList_Size(cell) != 1) {
         PyErr_SetString(PyExc_ValueError, "default_cell must hold one item");
         return NULL;

@@ -106,10 +106,12 @@ static int begin(Call *c) {
     step = find_fallback(c);
     if (step == STEP_OK) step = find_readonly(c);
     if (step != STEP_OK) return step;
-    PyObject *producer = PyDict_GetItemWithError(g_producers, (PyObject *)Py_TYPE(args[1]));
+    PyObject *producer = table_get(g_producers, (PyObject *)Py_TYPE(args[1]));
     if (producer == NULL) return PyErr_Occurred() ? STEP_ERROR : STEP_DECLINE;
-    if (Py_TYPE(producer) != (PyTypeObject *)g_producer_type) return STEP_DECLINE;
-    Py_INCREF(producer);
+    if (Py_TYPE(producer) != (PyTypeObject *)g_producer_type) {
+        Py_DECREF(producer);
+        return STEP_DECLINE;
+    }
     c->producer = (ProducerRecord *)producer;
     if (PyDict_Size(g_views) > 0) { /* x may be a view dlbridge made: its logical dtype is recorded */
         PyObject *id = PyLong_FromVoidPtr(args[1]);
@@ -236,8 +238,8 @@ PyObject *convert(PyObject *module, PyObject *const *given_args, Py_ssize_t narg
         full[7] = g_readonly != NULL ? g_readonly_names[0] : Py_None; /* "keep" */
         args = full;
     }
-    Call c;
-    memset(&c, 0, sizeof c);
+    static const Call nothing_read; /* (copied, not memset: vector stores, where memset's rep stos stalls) */
+    Call c = nothing_read;
     c.args = args;
     int step = replay(&c);
     PyObject *result = step == STEP_OK ? c.result : NULL, *given = NULL;

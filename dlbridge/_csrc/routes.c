@@ -1,18 +1,23 @@
-/* Routes: a State's stored routes (route key -> Replay or None), a mapping over a dict it never hands out,
- * with a small cache in front of it for the route's lookups (routes_get). Every change goes through its own
- * methods, which empty the cache first and keep it out of use until they return (a change may release a
- * value, which may run Python code that converts), so a cached route is always the one the mapping holds. Reads
- * (get, items, keys, values, copy, len, in, iteration, [key]) are the dict's.
+/* Routes: a mapping over a dict it never hands out, with a small cache in front of it for the route's lookups:
+ * a State's stored routes (route key -> Replay or None; routes_get), and the Producers (exact type -> Producer;
+ * table_get). Every change goes through its own methods, which empty the cache first and keep it out of use
+ * until they return (a change may release a value, which may run Python code that converts), so a cached value
+ * is always the one the mapping holds. Reads (get, items, keys, values, copy, len, in, iteration, [key]) are
+ * the dict's.
  */
 #include "accel.h"
 
 #define ROUTE_CACHE 8
 typedef struct {
     PyObject_HEAD
-    PyObject *dict;                      /* key (int) -> Replay or None */
-    long long keys[ROUTE_CACHE];         /* the cached keys ... */
+    PyObject *dict;                      /* route key (int) -> Replay or None; or type -> Producer */
+    long long keys[ROUTE_CACHE];         /* the cached keys (an int key, or an object key's address) ... */
+    PyObject *objects[ROUTE_CACHE];      /* ... an object key itself (strong: its address stays its own), NULL
+                                            for an int key ... */
     PyObject *values[ROUTE_CACHE];       /* ... and their values (strong references; NULL: an empty slot) */
     int changing;                        /* changes under way: the cache is empty and not used meanwhile */
+    unsigned long changes;               /* changes begun so far: a lookup that ran Python code which changed the
+                                            mapping does not cache what it found */
 } RoutesObject;
 
 PyObject *g_routes_type;
@@ -23,12 +28,23 @@ static int cache_slot(long long key) { return (int)((key ^ (key >> 16) ^ (key >>
 /* Empties the cache (before any change to the dict): the values are released after their slots are cleared,
  * as a release may run Python code. */
 static void forget(RoutesObject *r) {
-    PyObject *old[ROUTE_CACHE];
+    PyObject *old[2 * ROUTE_CACHE];
     for (int i = 0; i < ROUTE_CACHE; i++) {
         old[i] = r->values[i];
-        r->values[i] = NULL;
+        old[ROUTE_CACHE + i] = r->objects[i];
+        r->values[i] = r->objects[i] = NULL;
     }
-    for (int i = 0; i < ROUTE_CACHE; i++) Py_XDECREF(old[i]);
+    for (int i = 0; i < 2 * ROUTE_CACHE; i++) Py_XDECREF(old[i]);
+}
+
+/* `value` cached under `key` (and its object key, or NULL) in `slot`, replacing what was there. */
+static void remember(RoutesObject *r, int slot, long long key, PyObject *object, PyObject *value) {
+    PyObject *old_value = r->values[slot], *old_object = r->objects[slot];
+    r->values[slot] = Py_NewRef(value);
+    r->objects[slot] = Py_XNewRef(object);
+    r->keys[slot] = key;
+    Py_XDECREF(old_value);
+    Py_XDECREF(old_object);
 }
 
 /* The value stored under `key` in a State's routes (a Routes or a dict): a new reference; NULL with no error
@@ -43,7 +59,7 @@ PyObject *routes_get(PyObject *routes, long long key, PyObject **made) {
         return NULL;
     }
     int slot = cache_slot(key);
-    if (cached && r->values[slot] != NULL && r->keys[slot] == key) {
+    if (cached && r->values[slot] != NULL && r->keys[slot] == key && r->objects[slot] == NULL) {
         Py_INCREF(r->values[slot]);
         return r->values[slot];
     }
@@ -57,13 +73,28 @@ PyObject *routes_get(PyObject *routes, long long key, PyObject **made) {
     }
     Py_DECREF(number);
     Py_INCREF(found);
-    if (cached) {
-        PyObject *old = r->values[slot];
-        Py_INCREF(found);
-        r->values[slot] = found;
-        r->keys[slot] = key;
-        Py_XDECREF(old);
+    if (cached) remember(r, slot, key, NULL, found);
+    return found;
+}
+
+/* The value stored under object `key` in `table` (a Routes or a dict): a new reference, or NULL (with an error
+ * set where the lookup failed). The cache knows a key by its address and holds the key, so that address stays
+ * its own while cached; a lookup that ran Python code (a key's __eq__) which changed the mapping caches nothing. */
+PyObject *table_get(PyObject *table, PyObject *key) {
+    if (Py_TYPE(table) != (PyTypeObject *)g_routes_type) return Py_XNewRef(PyDict_GetItemWithError(table, key));
+    RoutesObject *r = (RoutesObject *)table;
+    if (r->dict == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.Routes: cleared");
+        return NULL;
     }
+    long long address = (long long)(uintptr_t)key;
+    int slot = cache_slot(address);
+    if (r->changing == 0 && r->objects[slot] == key && r->values[slot] != NULL) return Py_NewRef(r->values[slot]);
+    unsigned long changes = r->changes;
+    PyObject *dict = Py_NewRef(r->dict); /* (held: code the lookup runs may clear the mapping) */
+    PyObject *found = Py_XNewRef(PyDict_GetItemWithError(dict, key));
+    Py_DECREF(dict);
+    if (found != NULL && r->changing == 0 && r->changes == changes) remember(r, slot, address, key, found);
     return found;
 }
 
@@ -85,7 +116,10 @@ static int routes_traverse(PyObject *o, visitproc visit, void *arg) {
     RoutesObject *r = (RoutesObject *)o;
     Py_VISIT(Py_TYPE(o));
     Py_VISIT(r->dict);
-    for (int i = 0; i < ROUTE_CACHE; i++) Py_VISIT(r->values[i]);
+    for (int i = 0; i < ROUTE_CACHE; i++) {
+        Py_VISIT(r->objects[i]);
+        Py_VISIT(r->values[i]);
+    }
     return 0;
 }
 
@@ -130,6 +164,7 @@ static PyObject *change_begins(RoutesObject *r) {
     }
     Py_INCREF(dict);
     r->changing++;
+    r->changes++;
     forget(r);
     return dict;
 }
@@ -200,8 +235,9 @@ static PyType_Slot routes_slots[] = {
     {Py_mp_subscript, routes_subscript},
     {Py_mp_ass_subscript, routes_ass_subscript},
     {Py_sq_contains, routes_contains},
-    {Py_tp_doc, "Routes(): a State's stored routes (route key -> Replay or None); a mapping whose changes go "
-                "through its own methods, which keep the compiled route's cache of it current."},
+    {Py_tp_doc, "Routes(): a State's stored routes (route key -> Replay or None), or the Producers (exact type -> "
+                "Producer); a mapping whose changes go through its own methods, which keep the compiled route's cache "
+                "of it current."},
     {0, NULL},
 };
 

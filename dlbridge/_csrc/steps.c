@@ -210,7 +210,9 @@ int export_x(Call *c) {
  * field (decide() made them; nothing is decided here). c->flags: READ_ONLY ORed in where its Producer's
  * arrays are read-only (read_export). */
 static int aligned(const DLTensor *t, int layout, const ReplayRecord *r) {
-    return layout == LAYOUT_EMPTY || ((uintptr_t)t->data + t->byte_offset) % (uint64_t)r->align == 0;
+    uint64_t address = (uint64_t)(uintptr_t)t->data + t->byte_offset, align = (uint64_t)r->align;
+    /* (a power of two, as alignments are, without a division) */
+    return layout == LAYOUT_EMPTY || ((align & (align - 1)) == 0 ? address & (align - 1) : address % align) == 0;
 }
 static int admitted(const Call *c, const ReplayRecord *r, int layout) {
     const DLTensor *t = c->tensor;

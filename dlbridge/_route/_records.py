@@ -117,5 +117,6 @@ for _cls in (_PyState, _PyProducer, _PyReplay):
 State: Any = _PyState if accel is None else accel.State
 Producer: Any = _PyProducer if accel is None else accel.Producer
 Replay: Any = _PyReplay if accel is None else accel.Replay
-# A State's routes: a dict, or the compiled Routes (a mapping that keeps the compiled route's cache of it current)
+# A State's routes, and the Producers: a dict, or the compiled Routes (a mapping that keeps the compiled route's
+# cache of it current)
 Routes: Any = dict if accel is None else accel.Routes
