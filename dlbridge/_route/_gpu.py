@@ -29,7 +29,6 @@ from typing import Any
 
 from .._capsule._abi import dlpack_stream
 from .._capsule._carriers import DeferredCarrier
-from .._capsule._edit import relabel_triple
 from .._capsule._exchange import current_work_stream
 from ._records import EXPORT_METHOD_LEGACY
 
@@ -79,15 +78,10 @@ def _dlpack(source: Any, stream: Any, versioned: bool) -> Any:
     return source.__dlpack__(stream=stream, max_version=VERSION) if versioned else source.__dlpack__(stream=stream)
 
 
-def _labelled(capsule: Any, triple: int | None) -> Any:
-    if triple is not None:
-        relabel_triple(capsule, triple)
-    return capsule
-
-
 def export(producer: Any, x: Any, device: tuple[int, int], stream: int, versioned: bool) -> Any:
-    """x's capsule for a consumer reading on ``stream``, the handshake done; None: declined, nothing exported;
-    an Exception: the error the producer's export raised (the pipeline handles it, not asking again)."""
+    """(x's capsule for a consumer reading on ``stream``, the handshake done; the dtype triple the route writes
+    into it as it reads it, or None), as the CPU export gives them; None: declined, nothing exported; an
+    Exception: the error the producer's export raised (the pipeline handles it, not asking again)."""
     source, triple = _source(producer, x)
     # (No exchange-API export here: its tensor needs a capsule with a C destructor, the compiled route's;
     # the producer's own __dlpack__(stream=) records no event where the consumer's stream is its own.)
@@ -99,13 +93,14 @@ def export(producer: Any, x: Any, device: tuple[int, int], stream: int, versione
         raise
     except Exception as err:
         return err
-    return _labelled(capsule, triple)
+    return capsule, triple
 
 
 def deferred(producer: Any, x: Any, device: tuple[int, int], versioned: bool, check: Any,
              failed: list[Exception]) -> DeferredCarrier:  # fmt: skip
     """A carrier whose ``__dlpack__(stream=S)`` exports x with the consumer's own S (the producer's
-    handshake), then ``check(capsule)``: the capsule, relabelled as its stored route says; else ``Declined``.
+    handshake), then ``check(capsule, triple)`` (the dtype triple to write as it reads it, or None): the capsule,
+    relabelled as its stored route says; else ``Declined``.
     An Exception the producer's export raises is appended to ``failed`` (the pipeline handles it, not
     asking the producer again) and the consumer gets ``Declined``."""
     source, triple = _source(producer, x)
@@ -120,6 +115,6 @@ def deferred(producer: Any, x: Any, device: tuple[int, int], versioned: bool, ch
         except Exception as err:
             failed.append(err)
             raise Declined("declined: the producer's export failed") from None
-        return check(_labelled(capsule, triple))
+        return check(capsule, triple)
 
     return DeferredCarrier(export_when_asked, device)

@@ -175,18 +175,18 @@ def _replay(state: Any, producer: Any, x: Any, fallback: Any, readonly: Any) -> 
         if state.deferred:
             return _import_deferred(state, producer, x, options, device)
         stream = gpu.consumer_stream(state, device)
-        capsule = None if stream is None else gpu.export(producer, x, device, stream, state.versioned)
-        if capsule is None:
+        exported = None if stream is None else gpu.export(producer, x, device, stream, state.versioned)
+        if exported is None:
             return _DECLINED
-        if isinstance(capsule, Exception):  # the export failed: the pipeline handles its error, not asking again
-            return _Handover(capsule)
+        if isinstance(exported, Exception):  # the export failed: the pipeline handles its error, not asking again
+            return _Handover(exported)
     except MemoryError:
         raise
     except _ExportFailed as failed:
         return _Handover(failed.error)
     except Exception:
         return _DECLINED
-    return _deliver(state, capsule, options, device)
+    return _deliver(state, exported[0], options, device, exported[1])
 
 
 def _deliver(state: Any, capsule: Any, options: int, device: tuple[int, int], forced: int | None = None) -> Any:
@@ -304,8 +304,8 @@ def _import_deferred(state: Any, producer: Any, x: Any, options: int, device: tu
     exported inside its import, checked against the stored route there, finished as the route says."""
     chosen: list[Any] = []
 
-    def check(capsule: Any) -> Any:
-        found = _route_for(state, capsule, options, device)
+    def check(capsule: Any, forced: int | None) -> Any:
+        found = _route_for(state, capsule, options, device, forced)
         if type(found) is not tuple:
             raise gpu.Declined
         triple, replay, _, tensor = found  # (READ_ONLY cleared where readonly="drop" asks)
