@@ -260,3 +260,50 @@ def test_summary_tables_each_pair_and_kind_of_row(tmp_path: Path, capsys: pytest
         ratios = sorted(r["ratio"] for r in rows)
         assert f"{ratios[0]:.2f}{summary.DASH}{ratios[-1]:.2f}" in line, (line, ratios)
         assert f"| {sum(bool(r['met']) for r in rows)}/{len(rows)} |" in line, (line, rows)
+
+
+def test_the_floor_benchmark_builds_and_compares_three_handoffs(tmp_path: Path) -> None:
+    """benchmarks/bench_floor.py builds its floor (benchmarks/floor.c) with the C compiler, checks that each of
+    the three handoffs gives the array's memory, values and dtype, and writes their medians and ratios."""
+    _need_exchange_api()
+    out_json = tmp_path / "floor.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_floor.py"), "--rounds", "3", "--json", str(out_json)],
+        capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "dlbridge - floor" in proc.stdout, proc.stdout
+    data = json.loads(out_json.read_text())
+    assert set(data["us"]) == {"native", "dlbridge", "floor"} and all(v > 0 for v in data["us"].values())
+    assert set(data["ratios"]) == {"dlbridge", "floor"} and data["rounds"] == 3
+
+
+def test_the_floor_refuses_what_it_was_not_set_up_for() -> None:
+    """The floor checks nothing but its argument's type: anything but the set-up class's own arrays is a
+    TypeError, not a crash (run in a child)."""
+    _need_exchange_api()
+    code = (
+        "import sys, tempfile; sys.path.insert(0, sys.argv[1] + '/benchmarks')\n"
+        "import numpy as np, torch, bench_floor\n"
+        "with tempfile.TemporaryDirectory() as d:\n"
+        "    floor = bench_floor.build_floor(d)\n"
+        "    for setup in (False, True):\n"
+        "        if setup:\n"
+        "            floor.setup(np.ndarray.__dict__['__dlpack__'], torch.Tensor.__dlpack_c_exchange_api__)\n"
+        "        for bad in ([1.0], np.ma.masked_array([1.0]), torch.ones(2)) if setup else (np.ones(2),):\n"
+        "            try:\n"
+        "                floor.to_torch(bad)\n"
+        "            except TypeError:\n"
+        "                print('refused')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["refused"] * 4, proc.stdout
+
+
+def _need_exchange_api() -> None:
+    torch = need("torch")
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip(f"torch {torch.__version__} has no DLPack C exchange API (the floor imports through it)")
