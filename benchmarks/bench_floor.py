@@ -32,6 +32,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _timing import _batch_us  # noqa: E402  (bench.py's batch: the same clock and loop)
+
 FRAMEWORKS = ("paddle", "tensorflow", "jax", "onnxruntime", "mlx.core", "warp", "array_api_strict")  # (paddle first)
 
 
@@ -49,14 +52,6 @@ def build_floor(folder: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _batch_us(fn: Callable[[], Any], calls: int) -> float:
-    clock = time.perf_counter_ns
-    t0 = clock()
-    for _ in range(calls):
-        fn()
-    return (clock() - t0) / calls / 1e3
 
 
 def timed(fns: dict[str, Callable[[], Any]], rounds: int, budget_ms: float = 10.0) -> dict[str, list[float]]:
