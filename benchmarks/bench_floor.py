@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         x = np.arange(256, dtype=np.float32)
         for fn in (torch.from_dlpack, dlbridge.to_torch, floor.to_torch):  # the same memory, values and dtype
             out = fn(x)
-            assert out.data_ptr() == x.ctypes.data and out.dtype == torch.float32, fn
-            assert out.numpy().tolist() == x.tolist(), fn
+            if out.data_ptr() != x.ctypes.data or out.dtype != torch.float32 or out.numpy().tolist() != x.tolist():
+                raise SystemExit(f"bench_floor: {fn} did not hand over the array's memory, values and dtype")
         times = timed({"native": lambda: torch.from_dlpack(x), "dlbridge": lambda: dlbridge.to_torch(x),
                        "floor": lambda: floor.to_torch(x)}, args.rounds)  # fmt: skip
     print(f"numpy -> torch float32 (1 KiB), {args.rounds} rounds; accelerator: {reason}; loaded first: "

@@ -24,7 +24,8 @@ static PyTypeObject *g_type; /* the class whose __dlpack__ g_export is: to_torch
 static PyObject *g_names, *g_version;
 static ExchangeAPI *g_api;
 
-/* setup(numpy.ndarray.__dict__["__dlpack__"], torch.Tensor.__dlpack_c_exchange_api__) */
+/* setup(numpy.ndarray.__dict__["__dlpack__"], torch.Tensor.__dlpack_c_exchange_api__); everything read first, kept
+ * only where all of it is as the floor needs it (else an error, and the earlier setup stays) */
 static PyObject *setup(PyObject *module, PyObject *args) {
     PyObject *method, *api;
     if (!PyArg_ParseTuple(args, "O!O", &PyMethodDescr_Type, &method, &api)) return NULL;
@@ -33,15 +34,25 @@ static PyObject *setup(PyObject *module, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "__dlpack__ is not a METH_FASTCALL | METH_KEYWORDS method");
         return NULL;
     }
-    g_api = PyCapsule_GetPointer(api, "dlpack_exchange_api");
-    if (g_api == NULL) return NULL;
-    g_export = (FastWithKeywords)(void (*)(void))def->ml_meth;
-    g_type = PyDescr_TYPE(method);
+    ExchangeAPI *table = PyCapsule_GetPointer(api, "dlpack_exchange_api");
+    if (table == NULL) return NULL;
+    if (table->header.major != 1) {
+        PyErr_Format(PyExc_TypeError, "an exchange API of major version %u, not 1", table->header.major);
+        return NULL;
+    }
     PyObject *name = PyUnicode_InternFromString("max_version"); /* interned, as a keyword argument is */
-    g_names = name != NULL ? PyTuple_Pack(1, name) : NULL;
+    PyObject *names = name != NULL ? PyTuple_Pack(1, name) : NULL, *version = Py_BuildValue("(ii)", 1, 3);
     Py_XDECREF(name);
-    g_version = Py_BuildValue("(ii)", 1, 3);
-    if (g_names == NULL || g_version == NULL) return NULL;
+    if (names == NULL || version == NULL) {
+        Py_XDECREF(names);
+        Py_XDECREF(version);
+        return NULL;
+    }
+    Py_XSETREF(g_names, names);
+    Py_XSETREF(g_version, version);
+    g_api = table;
+    g_type = PyDescr_TYPE(method);
+    g_export = (FastWithKeywords)(void (*)(void))def->ml_meth;
     Py_RETURN_NONE;
 }
 

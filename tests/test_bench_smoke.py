@@ -281,7 +281,7 @@ def test_the_floor_benchmark_builds_and_compares_three_handoffs(tmp_path: Path) 
 
 def test_the_floor_refuses_what_it_was_not_set_up_for() -> None:
     """The floor checks nothing but its argument's type: anything but the set-up class's own arrays is a
-    TypeError, not a crash (run in a child)."""
+    TypeError, not a crash; a setup it cannot use is refused and the earlier one kept (run in a child)."""
     _need_exchange_api()
     code = (
         "import sys, tempfile; sys.path.insert(0, sys.argv[1] + '/benchmarks')\n"
@@ -296,14 +296,26 @@ def test_the_floor_refuses_what_it_was_not_set_up_for() -> None:
         "                floor.to_torch(bad)\n"
         "            except TypeError:\n"
         "                print('refused')\n"
+        "    try:\n"
+        "        floor.setup(np.ndarray.__dict__['__dlpack__'], object())\n"
+        "    except (TypeError, ValueError):\n"
+        "        print('kept', floor.to_torch(np.arange(3.0)).tolist())\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=240,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["refused"] * 4, proc.stdout
+    assert proc.stdout.split() == ["refused"] * 4 + ["kept", "[0.0,", "1.0,", "2.0]"], proc.stdout
 
 
 def _need_exchange_api() -> None:
+    """torch with its DLPack C exchange API, and what the floor is built with: a C compiler, CPython's headers."""
+    import shutil
+    import sysconfig
+
     torch = need("torch")
     if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         pytest.skip(f"torch {torch.__version__} has no DLPack C exchange API (the floor imports through it)")
+    if not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler to build benchmarks/floor.c")
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        pytest.skip("no Python.h to build benchmarks/floor.c against")

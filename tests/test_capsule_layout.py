@@ -52,7 +52,7 @@ def _case(shape: tuple[int, ...], strides: tuple[int, ...] | None, *, bits: int 
 
 
 _HUGE = 1 << 40
-_B31, _U8 = 1 << 31, {"bits": 8, "code": 1}
+_B31, _B32, _U8 = 1 << 31, 1 << 32, {"bits": 8, "code": 1}
 LAYOUTS: list[tuple[str, dict[str, Any], int]] = [
     ("c-order", {"shape": (2, 3), "strides": None}, _probe.DENSE),
     ("c-strides", {"shape": (2, 3), "strides": (3, 1)}, _probe.DENSE),
@@ -77,6 +77,11 @@ LAYOUTS: list[tuple[str, dict[str, Any], int]] = [
     ("span 2**62 - 2**31", {"shape": (_B31 - 1, _B31), "strides": None, **_U8}, _probe.DENSE),
     ("span 2**62", {"shape": (_B31, _B31), "strides": None, **_U8}, _probe.OTHER),
     ("span 2**62, strided", {"shape": (_B31, _B31), "strides": (_B31, 1), **_U8}, _probe.OTHER),
+    # past 2**32 per dimension, a product that wraps 64 bits: where unchecked, the span wraps to 2**33 + 1 (dense),
+    # the C stride to 2**33 + 1 or to 1 - 2**33 as int64 (these strides: empty)
+    ("span wraps", {"shape": (_B32 + 1, _B32 + 1), "strides": None, **_U8}, _probe.OTHER),
+    ("stride wraps", {"shape": (0, _B32 + 1, _B32 + 1), "strides": (2 * _B32 + 1, _B32 + 1, 1)}, _probe.OTHER),
+    ("stride past 2**63", {"shape": (0, _B32 - 1, _B32 - 1), "strides": (1 - 2 * _B32, _B32 - 1, 1)}, _probe.OTHER),
 ]
 
 

@@ -650,6 +650,16 @@ def test_every_change_to_the_routes_reaches_the_next_conversion() -> None:
     assert not hasattr(routes, "__ior__") and not hasattr(routes, "fromkeys")  # only the dict's reads are handed on
     with pytest.raises(TypeError):
         dict.__setitem__(routes, key, None)  # type: ignore[index]
+    # No read hands out the dict behind the cache: its methods are the mapping's (a bound method of the dict would
+    # give it as __self__), its views' .mapping is read-only, a copy is a copy.
+    for read in (routes.get, routes.items, routes.keys, routes.values, routes.copy, routes.pop, routes.update):
+        assert read.__self__ is routes, read
+    for view in (routes.keys(), routes.items(), routes.values()):
+        with pytest.raises(TypeError):
+            view.mapping[key] = None
+    copied = routes.copy()
+    copied[key] = None
+    assert routes[key] is replay and routes.get(key) is replay and routes.get(-1, "absent") == "absent"
 
 
 @pytest.mark.skipif(not COMPILED, reason="the compiled module's Routes (pure Python keeps a dict)")

@@ -21,7 +21,6 @@ typedef struct {
 } RoutesObject;
 
 PyObject *g_routes_type;
-static PyObject *g_reads; /* frozenset: the dict's read-only methods Routes hands on */
 
 static int cache_slot(long long key) { return (int)((key ^ (key >> 16) ^ (key >> 32)) & (ROUTE_CACHE - 1)); }
 
@@ -79,22 +78,39 @@ PyObject *routes_get(PyObject *routes, long long key, PyObject **made) {
 
 /* The value stored under object `key` in `table` (a Routes or a dict): a new reference, or NULL (with an error
  * set where the lookup failed). The cache knows a key by its address and holds the key, so that address stays
- * its own while cached; a lookup that ran Python code (a key's __eq__) which changed the mapping caches nothing. */
+ * its own while cached; a lookup that ran Python code (a key's __hash__ or __eq__) which changed the mapping caches
+ * nothing, and the table, its dict and the key are held across it (that code may release any of them). */
 PyObject *table_get(PyObject *table, PyObject *key) {
-    if (Py_TYPE(table) != (PyTypeObject *)g_routes_type) return Py_XNewRef(PyDict_GetItemWithError(table, key));
+    PyObject *found = NULL;
+    if (Py_TYPE(table) != (PyTypeObject *)g_routes_type) {
+        found = PyDict_GetItemWithError(table, key);
+        Py_XINCREF(found);
+        return found;
+    }
     RoutesObject *r = (RoutesObject *)table;
     if (r->dict == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "dlbridge._accel.Routes: cleared");
         return NULL;
     }
     long long address = (long long)(uintptr_t)key;
-    int slot = cache_slot(address);
-    if (r->changing == 0 && r->objects[slot] == key && r->values[slot] != NULL) return Py_NewRef(r->values[slot]);
+    int slot = cache_slot(address >> 4); /* (an object's address: its low bits are alignment) */
+    if (r->changing == 0 && r->objects[slot] == key && r->values[slot] != NULL) {
+        found = r->values[slot];
+        Py_INCREF(found);
+        return found;
+    }
     unsigned long changes = r->changes;
-    PyObject *dict = Py_NewRef(r->dict); /* (held: code the lookup runs may clear the mapping) */
-    PyObject *found = Py_XNewRef(PyDict_GetItemWithError(dict, key));
+    PyObject *dict = r->dict;
+    Py_INCREF(table);
+    Py_INCREF(dict);
+    Py_INCREF(key);
+    found = PyDict_GetItemWithError(dict, key);
+    Py_XINCREF(found);
+    if (found != NULL && r->dict == dict && r->changing == 0 && r->changes == changes)
+        remember(r, slot, address, key, found);
+    Py_DECREF(key);
     Py_DECREF(dict);
-    if (found != NULL && r->changing == 0 && r->changes == changes) remember(r, slot, address, key, found);
+    Py_DECREF(table);
     return found;
 }
 
@@ -205,13 +221,31 @@ CHANGE(popitem)
 CHANGE(setdefault)
 CHANGE(update)
 
-/* The dict's read-only methods; nothing else of it is reachable (so nothing changes it behind the cache). */
-static PyObject *routes_getattro(PyObject *o, PyObject *name) {
-    int read = PyUnicode_Check(name) ? PySet_Contains(g_reads, name) : 0;
-    if (read < 0) return NULL;
-    if (!read) return PyObject_GenericGetAttr(o, name);
-    return dict_of(o) ? PyObject_GetAttr(dict_of(o), name) : NULL;
+/* The dict's read-only methods, called on it here: what they return is a value, a copy or a view (whose
+ * .mapping is read-only), never the dict itself, as a bound method of it would be (its __self__), so nothing
+ * changes the dict behind the cache. */
+static PyObject *routes_read(PyObject *o, const char *name, PyObject *args, PyObject *kwargs) {
+    PyObject *dict = dict_of(o);
+    if (dict == NULL) return NULL;
+    Py_INCREF(dict);
+    PyObject *method = PyObject_GetAttrString(dict, name);
+    PyObject *result = method != NULL ? PyObject_Call(method, args, kwargs) : NULL;
+    Py_XDECREF(method);
+    Py_DECREF(dict);
+    return result;
 }
+
+#define READ(name)                                                                                \
+    static PyObject *routes_##name(PyObject *o, PyObject *args, PyObject *kwargs) {             \
+        return routes_read(o, #name, args, kwargs);                                               \
+    }
+static PyObject *routes_get_method(PyObject *o, PyObject *args, PyObject *kwargs) {
+    return routes_read(o, "get", args, kwargs);
+}
+READ(items)
+READ(keys)
+READ(values)
+READ(copy)
 
 static PyMethodDef routes_methods[] = {
     {"clear", (PyCFunction)(void (*)(void))routes_clear, METH_VARARGS | METH_KEYWORDS, NULL},
@@ -219,6 +253,11 @@ static PyMethodDef routes_methods[] = {
     {"popitem", (PyCFunction)(void (*)(void))routes_popitem, METH_VARARGS | METH_KEYWORDS, NULL},
     {"setdefault", (PyCFunction)(void (*)(void))routes_setdefault, METH_VARARGS | METH_KEYWORDS, NULL},
     {"update", (PyCFunction)(void (*)(void))routes_update, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"get", (PyCFunction)(void (*)(void))routes_get_method, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"items", (PyCFunction)(void (*)(void))routes_items, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"keys", (PyCFunction)(void (*)(void))routes_keys, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"values", (PyCFunction)(void (*)(void))routes_values, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"copy", (PyCFunction)(void (*)(void))routes_copy, METH_VARARGS | METH_KEYWORDS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -227,7 +266,6 @@ static PyType_Slot routes_slots[] = {
     {Py_tp_dealloc, routes_dealloc},
     {Py_tp_traverse, routes_traverse},
     {Py_tp_clear, routes_clear_refs},
-    {Py_tp_getattro, routes_getattro},
     {Py_tp_methods, routes_methods},
     {Py_tp_iter, routes_iter},
     {Py_tp_repr, routes_repr},
@@ -245,9 +283,6 @@ static PyType_Spec routes_spec = {"dlbridge._accel.Routes", sizeof(RoutesObject)
                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, routes_slots};
 
 int routes_init(PyObject *module) {
-    g_reads = Py_BuildValue("(sssss)", "get", "items", "keys", "values", "copy");
-    if (g_reads != NULL) SETREF(g_reads, PyFrozenSet_New(g_reads));
-    if (g_reads == NULL) return -1;
     g_routes_type = PyType_FromSpec(&routes_spec);
     return g_routes_type != NULL ? PyModule_AddObjectRef(module, "Routes", g_routes_type) : -1;
 }

@@ -38,8 +38,9 @@ __all__ = ["SPECS", "OPTIONS_SHIFT", "READONLY_SHIFT", "READ_ONLY_MEMORY", "DEVI
 OPTIONS_SHIFT, DEVICE_SHIFT, DEVICE_ID_SHIFT = 32, 40, 48
 READONLY_SHIFT, READ_ONLY_MEMORY = 4, 1 << 5  # within the options byte
 
-# exact type -> Producer: filled as arrays of each type pass the pipeline; replaced whole, never edited. A
-# ``Routes`` where compiled: a mapping that keeps the compiled route's cache of it current (a dict otherwise).
+# exact type -> Producer: filled as arrays of each type pass the pipeline; a Producer is replaced whole, never edited;
+# the mapping is never rebound (``_replay`` hands it to the compiled route once). A ``Routes`` where compiled: a
+# mapping that keeps the compiled route's cache of it current (a dict otherwise).
 producers: MutableMapping[type, Any] = Routes()
 _seen: dict[type, int] = {}
 
