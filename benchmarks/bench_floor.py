@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
     if api is None:
         raise SystemExit(f"bench_floor: torch {torch.__version__} has no DLPack C exchange API")
+    if np.lib.NumpyVersion(np.__version__) < "2.1.0":  # the exchange API imports versioned tensors only
+        raise SystemExit(
+            f"bench_floor: NumPy {np.__version__} exports no versioned capsule (__dlpack__(max_version=): 2.1)"
+        )
     with tempfile.TemporaryDirectory() as folder:
         floor = build_floor(folder)
         floor.setup(np.ndarray.__dict__["__dlpack__"], api)

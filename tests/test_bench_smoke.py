@@ -312,9 +312,11 @@ def _need_exchange_api() -> None:
     import shutil
     import sysconfig
 
-    torch = need("torch")
+    torch, np = need("torch"), need("numpy")
     if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         pytest.skip(f"torch {torch.__version__} has no DLPack C exchange API (the floor imports through it)")
+    if np.lib.NumpyVersion(np.__version__) < "2.1.0":
+        pytest.skip(f"NumPy {np.__version__} exports no versioned capsule, which torch's exchange API imports")
     if not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler to build benchmarks/floor.c")
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
