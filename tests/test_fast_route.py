@@ -667,7 +667,7 @@ def test_every_change_to_the_producers_reaches_the_next_conversion() -> None:
     """The Producers are a ``Routes`` too where compiled, whose cache the route reads them through (by the
     type's address, the type held while cached): each way of changing the mapping empties it, so the next
     conversion reads what the mapping holds (here: a type without a Producer, which the pipeline converts)."""
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     from dlbridge._route import _learn
 
     producers = _learn.producers
@@ -698,7 +698,8 @@ def test_every_change_to_the_producers_reaches_the_next_conversion() -> None:
         seen = _learn._seen.pop(np.ndarray, None)  # (else the pipeline, which learns again, would not ask)
         with counting_declines() as slow:
             out = dlbridge.to_torch(x)
-            assert out.data_ptr() == x.ctypes.data and out.dtype == torch_float32()
+            assert out.data_ptr() == x.ctypes.data and out.dtype == torch.float32
+            assert out.tolist() == x.tolist()
         assert slow["torch"] == 1, f"{name}: a removed Producer was read from the cache"
         producers.clear()
         producers.update(held)
@@ -707,18 +708,12 @@ def test_every_change_to_the_producers_reaches_the_next_conversion() -> None:
         assert producers[np.ndarray] is producer
 
 
-def torch_float32() -> Any:
-    import torch
-
-    return torch.float32
-
-
 @pytest.mark.skipif(not COMPILED, reason="the compiled module's Routes (pure Python keeps a dict)")
 def test_a_producer_lookup_that_changes_the_producers_is_not_cached() -> None:
     """A type whose metaclass hashes in Python runs code inside the route's lookup of its Producer; where that
     code changes the Producers, what the lookup found is not cached (it may be stale): the next conversion
     looks it up again. Where it changes nothing, it is cached and looked up once."""
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     from dlbridge._route import _learn
 
     producers = _learn.producers
@@ -749,6 +744,7 @@ def test_a_producer_lookup_that_changes_the_producers_is_not_cached() -> None:
             with counting_declines() as slow:
                 outs = [dlbridge.to_torch(x) for _ in range(3)]
             assert slow["torch"] == 0 and all(out.data_ptr() == x.ctypes.data for out in outs)
+            assert all(out.dtype == torch.float32 and out.tolist() == x.tolist() for out in outs)
             assert len(hashed) == (3 if changing else 1), (changing, hashed)
     finally:
         producers.pop(Odd, None)

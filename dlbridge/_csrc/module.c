@@ -10,8 +10,8 @@
  * Also: probe() (capsules.c), the capsule reader's Python form; Carrier (carrier.c), a single-use
  * object that hands a ready capsule to consumers that only take objects with __dlpack__; Route
  * (objects.c), the public to_<framework> functions' compiled form; State, Producer and Replay (records.c);
- * Routes, a mapping with the route's cache of it: a State's stored routes, and the Producers (routes.c); Remember (views.c), the record
- * of a view the route replays.
+ * Routes, a mapping with the route's cache of it: a State's stored routes, and the Producers (routes.c);
+ * Remember (views.c), the record of a view the route replays.
  *
  * CPython limited API 3.10 (abi3): one build serves every supported Python.
  */
